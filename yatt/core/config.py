@@ -1,0 +1,160 @@
+"""Load experiment configs and plans from YAML, strictly; write them back atomically.
+
+Why: one place turns files into validated specs. An experiment file may name its parts
+by catalog name (`actor: Qwen2.5-1.5B`), by a path relative to itself
+(`cluster: cluster/a100-80g-6x8.yaml`), or inline. Every failure is an `InputError` that
+names the file and the field path.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from . import catalog
+from .errors import InputError
+from .plan import Experiment, Plan
+from .schema import from_dict, to_dict
+
+_YAML_SUFFIXES = (".yaml", ".yml")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that also reads `1e9` / `1.5e-6` as floats (YAML 1.1 wants `1.0e+9`)."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def parse_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)
+
+
+def read_yaml(path: str | Path) -> Any:
+    path = Path(path)
+    if not path.exists():
+        raise InputError("no such file", file=str(path))
+    if not path.is_file():
+        raise InputError("not a file", file=str(path))
+    try:
+        with open(path) as f:
+            return yaml.load(f, Loader=_Loader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise InputError(f"invalid YAML: {problem}", field=where, file=str(path)) from None
+    except UnicodeDecodeError:
+        raise InputError("not a UTF-8 text file", file=str(path)) from None
+
+
+def _mapping(data: Any, file: Path, field: str = "") -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise InputError(f"got {type(data).__name__}; allowed: a mapping", field=field,
+                         file=str(file))
+    return data
+
+
+def _ref(value: Any, base: Path, field: str, by_name: Callable[[str], Any],
+         expand: Callable[[dict, Path], dict] | None = None) -> tuple[Any, Path]:
+    """Resolve a catalog name, a relative YAML path, or an inline mapping to a mapping."""
+    if isinstance(value, str):
+        if value.endswith(_YAML_SUFFIXES):
+            path = (base / value) if not os.path.isabs(value) else Path(value)
+            if not path.is_file():
+                raise InputError(f"file {value!r} not found (looked in {path.parent})", field=field)
+            data = _mapping(read_yaml(path), path)
+            return (expand(data, path.parent) if expand else data), path
+        try:
+            return by_name(value), base
+        except InputError as e:
+            raise e.within(prefix=field) from None
+    return value, base
+
+
+def _model_dict(value: Any, base: Path, field: str) -> Any:
+    def by_name(n: str) -> dict:
+        return to_dict(catalog.model(n))
+    data, src = _ref(value, base, field, by_name)
+    if isinstance(data, dict) and isinstance(data.get("hf_path"), str) and data["hf_path"]:
+        p = data["hf_path"]
+        if not os.path.isabs(p):
+            data = {**data, "hf_path": str((src if src.is_dir() else src.parent) / p)}
+    return data
+
+
+def _cluster_dict(data: dict, base: Path) -> dict:
+    if "gpu" in data and isinstance(data["gpu"], str) and not data["gpu"].endswith(_YAML_SUFFIXES):
+        try:
+            data = {**data, "gpu": to_dict(catalog.gpu(data["gpu"]))}
+        except InputError as e:
+            raise InputError(e.message, field="gpu") from None
+    return data
+
+
+def experiment_from_mapping(data: Any, base: Path, file: str = "") -> Experiment:
+    """Resolve references inside an experiment mapping and validate it."""
+    try:
+        data = dict(_mapping(data, Path(file)))
+        if "cluster" in data:
+            c, cbase = _ref(data["cluster"], base, "cluster", lambda n: _no_catalog("cluster", n))
+            if isinstance(c, dict):
+                try:
+                    c = _cluster_dict(c, cbase)
+                except InputError as e:
+                    raise e.within(prefix="cluster") from None
+            data["cluster"] = c
+        for key in ("actor", "genrm"):
+            if data.get(key) is not None:
+                data[key] = _model_dict(data[key], base, key)
+        if "workload" in data:
+            data["workload"], _ = _ref(data["workload"], base, "workload",
+                                       lambda n: _no_catalog("workload", n))
+        return from_dict(Experiment, data)
+    except InputError as e:
+        raise e.within(file=file) from None
+
+
+def _no_catalog(kind: str, name: str) -> Any:
+    raise InputError(f"got {name!r}; allowed: a path to a {kind} .yaml file or an inline mapping")
+
+
+def load_experiment(path: str | Path) -> Experiment:
+    path = Path(path)
+    data = read_yaml(path)
+    return experiment_from_mapping(data, path.parent, file=str(path))
+
+
+def load_plan(path: str | Path) -> Plan:
+    path = Path(path)
+    data = read_yaml(path)
+    try:
+        return from_dict(Plan, _mapping(data, path))
+    except InputError as e:
+        raise e.within(file=str(path)) from None
+
+
+def is_plan_file(path: str | Path) -> bool:
+    """A plan.yaml has top-level `mode` and `placements`; an experiment does not."""
+    data = read_yaml(path)
+    return isinstance(data, dict) and "placements" in data and "mode" in data
+
+
+def dump_yaml(obj: Any, path: str | Path) -> None:
+    """Write a spec (or plain data) as YAML atomically: temp file, then rename."""
+    path = Path(path)
+    data = to_dict(obj) if hasattr(obj, "__dataclass_fields__") else obj
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "w") as f:
+        yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=100)
+    tmp.replace(path)

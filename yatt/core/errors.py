@@ -1,0 +1,27 @@
+"""User-facing input errors.
+
+Why: every bad config, plan or trace must end the CLI with exit status 2 and a single
+line that names the file, the field path and what is allowed. All loaders raise
+`InputError`; the CLI turns it into that one line. Nothing else should be caught.
+"""
+from __future__ import annotations
+
+
+class InputError(Exception):
+    """A problem with user input, rendered as one line: `FILE: FIELD: message`."""
+
+    def __init__(self, message: str, *, field: str = "", file: str = "") -> None:
+        self.message = message
+        self.field = field
+        self.file = file
+        super().__init__(self.one_line())
+
+    def one_line(self) -> str:
+        parts = [p for p in (self.file, self.field) if p]
+        text = " ".join(self.message.split())  # guarantee a single line
+        return ": ".join(parts + [text])
+
+    def within(self, *, file: str = "", prefix: str = "") -> "InputError":
+        """Re-home the error: add a file name and/or a parent field path."""
+        field = ".".join(p for p in (prefix, self.field) if p)
+        return InputError(self.message, field=field, file=self.file or file)

@@ -1,0 +1,179 @@
+"""Experiment (what to run) and Plan (where each role runs).
+
+Why: `plan.yaml` is the contract between the planner and the executor, and the thing a
+trace records. A Plan is self-contained: it embeds the Experiment it was made for, so
+`yatt run plan.yaml` and `yatt replay trace.jsonl` need nothing else.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from .errors import InputError
+from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
+from .schema import spec_field
+from .specs import AlgoSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """What the planner may choose from. Empty tuples mean "let the planner decide"."""
+
+    modes: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
+    tp_choices: tuple[int, ...] = (1, 2, 4, 8)
+    balance: BalancePolicy = BalancePolicy.KK
+    balance_cost: BalanceCost = BalanceCost.FLOPS
+    controllers: int = spec_field(1, ge=1)
+    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+    seeds: int = spec_field(3, ge=1, help="seeded steps averaged per candidate")
+
+    def __post_init__(self) -> None:
+        if not self.modes:
+            raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
+        for i, tp in enumerate(self.tp_choices):
+            if tp < 1:
+                raise InputError(f"got {tp}; allowed: integers >= 1", field=f"tp_choices[{i}]")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    name: str
+    cluster: ClusterSpec
+    actor: ModelSpec
+    workload: Workload
+    genrm: Optional[ModelSpec] = None
+    algo: AlgoSpec = AlgoSpec()
+    engine: EngineSpec = EngineSpec()
+    search: SearchSpec = SearchSpec()
+
+    def __post_init__(self) -> None:
+        if self.algo.reward is RewardSource.GENRM and self.genrm is None:
+            raise InputError("algo.reward is 'genrm' but no genrm model is given; "
+                             "allowed: set genrm, or algo.reward: rule", field="genrm")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+
+    @property
+    def world(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+@dataclass(frozen=True)
+class RolePlacement:
+    """One role's device set and parallel layout. DP = len(devices) / (TP * PP).
+
+    For inference roles, each DP replica is one engine (one TP group) on a contiguous
+    slice of `devices`.
+    """
+
+    role: Role
+    devices: tuple[int, ...]
+    tp: int = spec_field(1, ge=1)
+    pp: int = spec_field(1, ge=1)
+
+    def __post_init__(self) -> None:
+        if not self.devices:
+            raise InputError("needs at least one device", field="devices")
+        if len(set(self.devices)) != len(self.devices):
+            raise InputError("device ids must be unique", field="devices")
+        if len(self.devices) % (self.tp * self.pp):
+            raise InputError(f"{len(self.devices)} devices are not a multiple of TP*PP="
+                             f"{self.tp * self.pp}", field="devices")
+
+    @property
+    def dp(self) -> int:
+        return len(self.devices) // (self.tp * self.pp)
+
+    @property
+    def parallel(self) -> Parallel:
+        return Parallel(self.tp, self.pp, self.dp)
+
+    def groups(self) -> list[tuple[int, ...]]:
+        """Device groups of one model replica (TP*PP devices each), in order."""
+        k = self.tp * self.pp
+        return [self.devices[i:i + k] for i in range(0, len(self.devices), k)]
+
+
+@dataclass(frozen=True)
+class Plan:
+    mode: Mode
+    placements: tuple[RolePlacement, ...]
+    experiment: Experiment
+    balance: BalancePolicy = BalancePolicy.KK
+    balance_cost: BalanceCost = BalanceCost.FLOPS
+    controllers: int = spec_field(1, ge=1)
+    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+
+    def __post_init__(self) -> None:
+        cluster = self.experiment.cluster
+        roles = [p.role for p in self.placements]
+        for i, r in enumerate(roles):
+            if roles.count(r) > 1:
+                raise InputError(f"role {r.value} is placed twice", field=f"placements[{i}].role")
+        needed = [Role.ROLLOUT, Role.TRAINER]
+        if self.experiment.algo.reward is RewardSource.GENRM:
+            needed.append(Role.GENRM)
+        if self.experiment.algo.use_reference:
+            needed.append(Role.REFERENCE)
+        for r in needed:
+            if r not in roles:
+                raise InputError(f"no placement for role {r.value}; allowed roles: "
+                                 + "|".join(x.value for x in needed), field="placements")
+        for i, p in enumerate(self.placements):
+            for d in p.devices:
+                if not 0 <= d < cluster.num_gpus:
+                    raise InputError(f"device {d} outside the cluster's 0..{cluster.num_gpus - 1}",
+                                     field=f"placements[{i}].devices")
+            model = self.model_for(p.role)
+            why = model.check_tp(p.tp)
+            if why:
+                raise InputError(why, field=f"placements[{i}].tp")
+            if p.pp > 1 and model.layers % p.pp:
+                raise InputError(f"PP={p.pp} does not divide {model.layers} layers",
+                                 field=f"placements[{i}].pp")
+            for j in range(0, len(p.devices), p.tp):
+                grp = p.devices[j:j + p.tp]
+                if len({cluster.node_of(d) for d in grp}) > 1:
+                    raise InputError(f"TP group {list(grp)} spans nodes ({cluster.gpus_per_node} "
+                                     "devices per node); a TP group must sit inside one node",
+                                     field=f"placements[{i}].devices")
+        if self.mode is Mode.PARTIAL and Role.GENRM in roles:
+            a = set(self.placement(Role.ROLLOUT).devices)
+            b = set(self.placement(Role.GENRM).devices)
+            if a & b:
+                raise InputError("partial colocate needs disjoint rollout and genrm devices; "
+                                 f"shared: {sorted(a & b)[:8]}", field="placements")
+
+    def placement(self, role: Role) -> RolePlacement:
+        for p in self.placements:
+            if p.role is role:
+                return p
+        raise KeyError(role)
+
+    def has(self, role: Role) -> bool:
+        return any(p.role is role for p in self.placements)
+
+    def model_for(self, role: Role) -> ModelSpec:
+        if role is Role.GENRM:
+            assert self.experiment.genrm is not None
+            return self.experiment.genrm
+        return self.experiment.actor
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.experiment.cluster
+
+    def describe(self) -> str:
+        """Short human label, e.g. 'partial R16(tp1) G32(tp8) T48(tp1,dp48)'."""
+        bits = []
+        for p in self.placements:
+            if p.role is Role.REFERENCE:
+                continue
+            bits.append(f"{p.role.value[0].upper()}{len(p.devices)}(tp{p.tp}"
+                        + (f",pp{p.pp}" if p.pp > 1 else "") + ")")
+        return f"{self.mode.value} " + " ".join(bits)

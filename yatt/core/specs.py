@@ -1,0 +1,220 @@
+"""Frozen, typed specs for hardware, models, workloads and algorithms.
+
+Why: these are the nouns every package shares. They are frozen so a spec handed from
+the planner to the simulator or the executor cannot be mutated underneath either, and
+they validate themselves (ranges via `spec_field`, cross-field rules in `__post_init__`)
+so an impossible spec never gets past loading.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .errors import InputError
+from .roles import AlgoName, DistKind, RewardSource
+from .schema import spec_field
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s)."""
+
+    name: str
+    bf16_tflops: float = spec_field(gt=0, help="dense bf16 TFLOP/s")
+    hbm_gb: float = spec_field(gt=0, help="device memory, GB")
+    hbm_gbps: float = spec_field(gt=0, help="device memory bandwidth, GB/s")
+    intra_node_gbps: float = spec_field(gt=0, help="NVLink/PCIe peer bandwidth per device, GB/s")
+    inter_node_gbps: float = spec_field(gt=0, help="network bandwidth per device, GB/s")
+    host_link_gbps: float = spec_field(gt=0, help="device<->host (PCIe) bandwidth, GB/s")
+    source: str = ""
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gb * 1e9
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    gpu: GpuSpec
+    nodes: int = spec_field(1, ge=1)
+    gpus_per_node: int = spec_field(8, ge=1)
+    name: str = ""
+
+    @property
+    def num_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def node_of(self, device: int) -> int:
+        return device // self.gpus_per_node
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer's shape (Qwen2/Llama family: GQA, SwiGLU, RMSNorm)."""
+
+    name: str
+    layers: int = spec_field(ge=1)
+    hidden: int = spec_field(ge=1)
+    intermediate: int = spec_field(ge=1)
+    heads: int = spec_field(ge=1)
+    kv_heads: int = spec_field(ge=1)
+    vocab: int = spec_field(ge=1)
+    tied_embeddings: bool = False
+    head_dim: int = spec_field(0, ge=0, help="0 = hidden // heads")
+    qkv_bias: bool = True
+    dtype_bytes: int = spec_field(2, ge=1, le=8)
+    published_params: float = spec_field(0.0, ge=0, help="published parameter count, for checks")
+    hf_path: str = ""
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if self.heads % self.kv_heads:
+            raise InputError(f"heads ({self.heads}) must be a multiple of kv_heads ({self.kv_heads})",
+                             field="kv_heads")
+        if self.head_dim == 0 and self.hidden % self.heads:
+            raise InputError(f"hidden ({self.hidden}) must be divisible by heads ({self.heads}) "
+                             "or head_dim must be given", field="head_dim")
+
+    @property
+    def dim_head(self) -> int:
+        return self.head_dim or self.hidden // self.heads
+
+    @property
+    def params(self) -> int:
+        """Parameter count derived from the shape (embeddings included)."""
+        h, d = self.hidden, self.dim_head
+        q = h * self.heads * d
+        kv = 2 * h * self.kv_heads * d
+        o = self.heads * d * h
+        bias = (self.heads * d + 2 * self.kv_heads * d) if self.qkv_bias else 0
+        mlp = 3 * h * self.intermediate
+        norms = 2 * h
+        per_layer = q + kv + o + bias + mlp + norms
+        emb = self.vocab * h * (1 if self.tied_embeddings else 2)
+        return self.layers * per_layer + emb + h
+
+    @property
+    def non_embedding_params(self) -> int:
+        return self.params - self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V bytes per token over all layers (whole model, before TP sharding)."""
+        return 2 * self.layers * self.kv_heads * self.dim_head * self.dtype_bytes
+
+    @property
+    def weight_bytes(self) -> int:
+        return self.params * self.dtype_bytes
+
+    def check_tp(self, tp: int) -> Optional[str]:
+        """Why this TP size is invalid for the model, or None if it is fine."""
+        if self.heads % tp:
+            return f"TP={tp} does not divide {self.name}'s {self.heads} attention heads"
+        if self.kv_heads % tp and tp % self.kv_heads:
+            return f"TP={tp} and {self.name}'s {self.kv_heads} KV heads do not divide each other"
+        return None
+
+
+@dataclass(frozen=True)
+class LengthDist:
+    """A token-length distribution, with optional heavy tail and hard cap.
+
+    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma`, clipped to
+    [min, max]. empirical: `values` sampled with `weights` (a histogram from a real run).
+    """
+
+    kind: DistKind = DistKind.CONST
+    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median")
+    sigma: float = spec_field(0.0, ge=0, le=5)
+    min: int = spec_field(1, ge=0)
+    max: int = spec_field(1_000_000, ge=1)
+    values: tuple[int, ...] = ()
+    weights: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.min > self.max:
+            raise InputError(f"min ({self.min}) must be <= max ({self.max})", field="min")
+        if self.kind is DistKind.EMPIRICAL:
+            if not self.values:
+                raise InputError("empirical distribution needs a non-empty list", field="values")
+            if self.weights and len(self.weights) != len(self.values):
+                raise InputError(f"needs {len(self.values)} weights to match values, got "
+                                 f"{len(self.weights)}", field="weights")
+            if any(w < 0 for w in self.weights) or (self.weights and sum(self.weights) <= 0):
+                raise InputError("weights must be >= 0 with a positive sum", field="weights")
+        elif self.kind in (DistKind.CONST, DistKind.LOGNORMAL) and self.value <= 0:
+            raise InputError(f"got {self.value!r}; allowed: a number > 0 for kind "
+                             f"{self.kind.value}", field="value")
+
+    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        """n integer lengths (>= 1 unless min is 0)."""
+        if self.kind is DistKind.CONST:
+            out = np.full(n, self.value)
+        elif self.kind is DistKind.UNIFORM:
+            out = rng.integers(self.min, self.max + 1, size=n)
+        elif self.kind is DistKind.LOGNORMAL:
+            out = rng.lognormal(math.log(self.value), self.sigma, size=n)
+        else:
+            p = None
+            if self.weights:
+                w = np.asarray(self.weights, float)
+                p = w / w.sum()
+            out = rng.choice(np.asarray(self.values), size=n, p=p)
+        return np.clip(np.rint(out), self.min, self.max).astype(np.int64)
+
+    def mean(self) -> float:
+        """Expected value (by a fixed-seed Monte Carlo for clipped shapes)."""
+        if self.kind is DistKind.CONST:
+            return float(np.clip(round(self.value), self.min, self.max))
+        return float(self.sample(np.random.default_rng(0), 20000).mean())
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one RL step processes."""
+
+    prompts_per_step: int = spec_field(ge=1)
+    samples_per_prompt: int = spec_field(ge=1)
+    prompt_len: LengthDist = LengthDist(DistKind.CONST, 256)
+    response_len: LengthDist = LengthDist(DistKind.CONST, 512)
+    genrm_template_tokens: int = spec_field(64, ge=0, help="judging-prompt overhead per sample")
+    genrm_output_len: LengthDist = LengthDist(DistKind.CONST, 64)
+    dynamic_sampling: bool = False
+    all_equal_prob: float = spec_field(0.0, ge=0, lt=1, help="P(a group's rewards all equal)")
+    max_resample_rounds: int = spec_field(3, ge=0)
+    response_growth_per_step: float = spec_field(0.0, ge=-0.5, le=1.0,
+                                                 help="relative growth of response lengths per step")
+    sample_payload_bytes: int = spec_field(0, ge=0, help="extra bytes per prompt (e.g. images)")
+
+    @property
+    def samples_per_step(self) -> int:
+        return self.prompts_per_step * self.samples_per_prompt
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    name: AlgoName = AlgoName.GRPO
+    ppo_epochs: int = spec_field(1, ge=1)
+    micro_batch_tokens: int = spec_field(16384, ge=1, help="tokens per training micro-batch")
+    lr: float = spec_field(1e-6, gt=0)
+    kl_coef: float = spec_field(0.2, ge=0)
+    entropy_coef: float = spec_field(0.1, ge=0)
+    clip_eps: float = spec_field(0.2, gt=0, lt=1)
+    use_reference: bool = True
+    reward: RewardSource = RewardSource.GENRM
+    temperature: float = spec_field(1.0, ge=0)
+    recompute: bool = True
+    distributed_optimizer: bool = True
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """Inference-engine settings shared by rollout and GenRM (vLLM semantics)."""
+
+    max_num_seqs: int = spec_field(256, ge=1)
+    gpu_memory_utilization: float = spec_field(0.85, gt=0, le=1)
+    genrm_max_num_seqs: int = spec_field(256, ge=1)
+    queue_capacity: int = spec_field(4096, ge=1, help="bounded rollout->GenRM queue (partial)")

@@ -1,0 +1,204 @@
+"""The Trace: one schema for simulated and measured runs.
+
+Why: the simulator and the executor write the same records, which is what makes replay,
+calibration and the sim-vs-real fidelity number possible. A trace is a JSONL file whose
+first line is the `meta` record; every other line is a `sample` or a `span`.
+"""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from .errors import InputError
+from .plan import Plan
+from .roles import Phase, Role, TraceSource
+from .schema import from_dict, spec_field, to_dict
+
+SCHEMA_VERSION = "yatt.trace/1"
+
+
+@dataclass(frozen=True)
+class TraceMeta:
+    source: TraceSource
+    plan: Plan
+    seed: int = 0
+    yatt_version: str = ""
+    schema: str = SCHEMA_VERSION
+    hardware: str = ""
+    steps: int = spec_field(1, ge=0)
+    extra: dict[str, Any] = spec_field(default_factory=dict, help="free-form run facts")
+
+    def __post_init__(self) -> None:
+        if self.schema != SCHEMA_VERSION:
+            raise InputError(f"got {self.schema!r}; allowed: {SCHEMA_VERSION}", field="schema")
+
+
+@dataclass(frozen=True)
+class SampleRecord:
+    """One generated response and what happened to it."""
+
+    step: int = spec_field(ge=0)
+    sample_id: int = spec_field(ge=0)
+    prompt_id: int = spec_field(ge=0)
+    prompt_tokens: int = spec_field(ge=0)
+    response_tokens: int = spec_field(ge=0)
+    genrm_input_tokens: int = spec_field(0, ge=0)
+    genrm_output_tokens: int = spec_field(0, ge=0)
+    reward: Optional[float] = None
+    kept: bool = True
+    dp_rank: int = spec_field(-1, ge=-1, help="-1 when not trained (dropped)")
+    round: int = spec_field(0, ge=0, help="dynamic-sampling round that produced it")
+    rollout_end_s: Optional[float] = None
+    genrm_end_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SpanRecord:
+    """One phase of work on a set of devices, in seconds since the run started."""
+
+    step: int = spec_field(ge=0)
+    role: Role = Role.TRAINER
+    phase: Phase = Phase.TRAIN
+    devices: tuple[int, ...] = ()
+    start_s: float = spec_field(0.0, ge=0)
+    end_s: float = spec_field(0.0, ge=0)
+    tokens: int = spec_field(0, ge=0)
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.end_s < self.start_s:
+            raise InputError(f"end_s ({self.end_s}) is before start_s ({self.start_s})",
+                             field="end_s")
+
+    @property
+    def duration(self) -> float:
+        return self.end_s - self.start_s
+
+
+@dataclass(frozen=True)
+class Trace:
+    meta: TraceMeta
+    samples: tuple[SampleRecord, ...]
+    spans: tuple[SpanRecord, ...]
+
+    # ---- summaries -------------------------------------------------------------------
+    def steps(self) -> list[int]:
+        return sorted({s.step for s in self.spans} | {s.step for s in self.samples})
+
+    def step_bounds(self) -> dict[int, tuple[float, float]]:
+        out: dict[int, tuple[float, float]] = {}
+        for s in self.spans:
+            lo, hi = out.get(s.step, (s.start_s, s.end_s))
+            out[s.step] = (min(lo, s.start_s), max(hi, s.end_s))
+        return out
+
+    def step_times(self) -> dict[int, float]:
+        return {k: hi - lo for k, (lo, hi) in self.step_bounds().items()}
+
+    def phase_times(self, step: Optional[int] = None) -> dict[Phase, float]:
+        """Wall-clock extent of each phase (first start to last end) within a step,
+        averaged over steps when `step` is None."""
+        per: dict[int, dict[Phase, list[float]]] = defaultdict(dict)
+        for s in self.spans:
+            if step is not None and s.step != step:
+                continue
+            lo, hi = per[s.step].get(s.phase, [s.start_s, s.end_s])
+            per[s.step][s.phase] = [min(lo, s.start_s), max(hi, s.end_s)]
+        totals: dict[Phase, float] = defaultdict(float)
+        for phases in per.values():
+            for ph, (lo, hi) in phases.items():
+                totals[ph] += hi - lo
+        n = max(1, len(per))
+        return {ph: v / n for ph, v in totals.items()}
+
+    def device_busy(self) -> dict[int, float]:
+        """Seconds each device spends inside spans (overlaps on a device merged)."""
+        by_dev: dict[int, list[tuple[float, float]]] = defaultdict(list)
+        for s in self.spans:
+            for d in s.devices:
+                by_dev[d].append((s.start_s, s.end_s))
+        out = {}
+        for d, ivs in by_dev.items():
+            ivs.sort()
+            busy, cur_lo, cur_hi = 0.0, None, None
+            for lo, hi in ivs:
+                if cur_hi is None or lo > cur_hi:
+                    if cur_hi is not None:
+                        busy += cur_hi - cur_lo
+                    cur_lo, cur_hi = lo, hi
+                else:
+                    cur_hi = max(cur_hi, hi)
+            if cur_hi is not None:
+                busy += cur_hi - cur_lo
+            out[d] = busy
+        return out
+
+    # ---- I/O -------------------------------------------------------------------------
+    def records(self) -> Iterator[dict[str, Any]]:
+        yield {"kind": "meta", **to_dict(self.meta)}
+        for s in self.samples:
+            yield {"kind": "sample", **to_dict(s)}
+        for sp in self.spans:
+            yield {"kind": "span", **to_dict(sp)}
+
+    def write_jsonl(self, path: str | Path) -> None:
+        """Write atomically (temp file + rename) so a crash never leaves half a trace."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        with open(tmp, "w") as f:
+            for rec in self.records():
+                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
+        tmp.replace(path)
+
+    @staticmethod
+    def from_records(records: Iterable[tuple[int, dict[str, Any]]], file: str = "") -> "Trace":
+        meta = None
+        samples: list[SampleRecord] = []
+        spans: list[SpanRecord] = []
+        for lineno, rec in records:
+            where = f"line {lineno}"
+            if not isinstance(rec, dict):
+                raise InputError("a record must be a JSON object", field=where, file=file)
+            kind = rec.get("kind")
+            body = {k: v for k, v in rec.items() if k != "kind"}
+            try:
+                if kind == "meta":
+                    if meta is not None:
+                        raise InputError("a second meta record", field="kind")
+                    meta = from_dict(TraceMeta, body)
+                elif kind == "sample":
+                    samples.append(from_dict(SampleRecord, body))
+                elif kind == "span":
+                    spans.append(from_dict(SpanRecord, body))
+                else:
+                    raise InputError(f"got {kind!r}; allowed: meta|sample|span", field="kind")
+            except InputError as e:
+                raise InputError(e.message, field=f"{where}: {e.field}" if e.field else where,
+                                 file=file) from None
+            if meta is None:
+                raise InputError("the first record must be the meta record", field=where, file=file)
+        if meta is None:
+            raise InputError("empty trace: no meta record", file=file)
+        return Trace(meta, tuple(samples), tuple(spans))
+
+    @staticmethod
+    def read_jsonl(path: str | Path) -> "Trace":
+        path = Path(path)
+        if not path.is_file():
+            raise InputError("no such file", file=str(path))
+
+        def gen() -> Iterator[tuple[int, dict[str, Any]]]:
+            with open(path) as f:
+                for i, line in enumerate(f, 1):
+                    if not line.strip():
+                        continue
+                    try:
+                        yield i, json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise InputError(f"not valid JSON ({e.msg} at column {e.colno})",
+                                         field=f"line {i}", file=str(path)) from None
+
+        return Trace.from_records(gen(), file=str(path))
