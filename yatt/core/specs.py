@@ -165,6 +165,14 @@ class LengthDist:
             out = rng.choice(np.asarray(self.values), size=n, p=p)
         return np.clip(np.rint(out), self.min, self.max).astype(np.int64)
 
+    def upper(self) -> int:
+        """The largest length this distribution can produce."""
+        if self.kind is DistKind.CONST:
+            return int(np.clip(round(self.value), self.min, self.max))
+        if self.kind is DistKind.EMPIRICAL:
+            return int(np.clip(max(self.values), self.min, self.max))
+        return self.max
+
     def mean(self) -> float:
         """Expected value (by a fixed-seed Monte Carlo for clipped shapes)."""
         if self.kind is DistKind.CONST:

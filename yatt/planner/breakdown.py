@@ -1,0 +1,97 @@
+"""Per-role cost and memory breakdown of an experiment: the numbers behind a plan.
+
+Why: before (and under) any ranked recommendation, a user should see the raw facts the
+planner works from: what each model weighs, the smallest TP it fits at, what a decode
+step, a prefill, a training token and a phase switch cost on this cluster.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from yatt.core.plan import Experiment, Parallel
+from yatt.core.roles import ReleasePolicy, Role
+
+from . import memory
+from .costmodel import AnalyticCostModel
+
+
+@dataclass(frozen=True)
+class RoleFacts:
+    role: Role
+    model: str
+    params_b: float
+    weights_gb: float
+    min_tp: int | None          # smallest TP that fits (None: fits nowhere in tp_choices)
+    mem: memory.MemoryBreakdown | None
+    kv_tokens: int              # KV capacity per engine at min_tp (inference roles)
+    unit_costs: tuple[tuple[str, float], ...]  # (label, seconds)
+
+
+def _min_trainer_tp(exp: Experiment, choices: tuple[int, ...]) -> tuple[int | None, memory.MemoryBreakdown | None]:
+    g = exp.cluster.num_gpus
+    for tp in sorted(choices):
+        if g % tp or exp.actor.check_tp(tp):
+            continue
+        mb = memory.trainer_memory(exp.actor, Parallel(tp, 1, g // tp), exp.algo, exp.cluster.gpu)
+        if mb.fits():
+            return tp, mb
+    return None, None
+
+
+def role_facts(exp: Experiment, cost: AnalyticCostModel) -> list[RoleFacts]:
+    gpu = exp.cluster.gpu
+    choices = tuple(exp.search.tp_choices) or (1, 2, 4, 8)
+    w = exp.workload
+    max_seq = w.prompt_len.upper() + w.response_len.upper()
+    out: list[RoleFacts] = []
+    engines = [(Role.ROLLOUT, exp.actor, exp.engine.max_num_seqs)]
+    if exp.genrm is not None:
+        engines.append((Role.GENRM, exp.genrm, exp.engine.genrm_max_num_seqs))
+    release = exp.search.release
+    for role, m, max_seqs in engines:
+        tp = memory.min_engine_tp(m, gpu, exp.engine, max_seq, choices)
+        mem = memory.engine_memory(m, tp, role, exp.engine, gpu, max_seq) if tp else None
+        units: list[tuple[str, float]] = []
+        kv = 0
+        if tp:
+            kv = cost.kv_capacity_tokens(m, tp, exp.engine.gpu_memory_utilization)
+            par = Parallel(tp, 1, 1)
+            units = [
+                ("prefill 1k tokens", cost.prefill_time(m, tp, 1000)),
+                ("decode step b=1 ctx=1k", cost.decode_step_time(m, tp, 1, 1000)),
+                (f"decode step b={max_seqs} ctx=2k", cost.decode_step_time(m, tp, max_seqs, 2000)),
+                (f"reload ({release.value})", cost.reload_time(m, role, par, release)),
+                (f"offload ({release.value})", cost.offload_time(m, role, par, release)),
+            ]
+        out.append(RoleFacts(role, m.name, m.params / 1e9, m.weight_bytes / 1e9, tp, mem, kv,
+                             tuple(units)))
+    tp, mem = _min_trainer_tp(exp, choices)
+    units = []
+    if tp:
+        par = Parallel(tp, 1, exp.cluster.num_gpus // tp)
+        seq = int(w.prompt_len.mean() + w.response_len.mean())
+        units = [
+            (f"train 1 seq of {seq} tok", cost.train_time(exp.actor, [seq], par)),
+            ("grad sync + Adam", cost.grad_sync_time(exp.actor, par)),
+            ("offload (trainer state)", cost.offload_time(exp.actor, Role.TRAINER, par, ReleasePolicy.OFFLOAD)),
+            ("weight sync to rollout", cost.weight_sync_time(exp.actor, par, 1, 1, exp.cluster.nodes > 1)),
+            ("checkpoint", cost.checkpoint_time(exp.actor, par)),
+        ]
+    out.append(RoleFacts(Role.TRAINER, exp.actor.name, exp.actor.params / 1e9,
+                         exp.actor.weight_bytes / 1e9, tp, mem, 0, tuple(units)))
+    return out
+
+
+def infeasibility(exp: Experiment, facts: list[RoleFacts]) -> list[str]:
+    """Plain reasons the experiment cannot run anywhere on its cluster (empty if it can)."""
+    gpu = exp.cluster.gpu
+    why = []
+    for f in facts:
+        if f.min_tp is None:
+            choices = ", ".join(str(t) for t in exp.search.tp_choices)
+            why.append(f"{f.model} ({f.role.value}) fits at none of TP={{{choices}}} on {gpu.name} "
+                       f"(weights {f.weights_gb:.0f} GB, {gpu.hbm_gb:.0f} GB per device)")
+        elif f.min_tp > exp.cluster.gpus_per_node:
+            why.append(f"{f.model} ({f.role.value}) needs TP >= {f.min_tp} but a node has "
+                       f"{exp.cluster.gpus_per_node} devices")
+    return why

@@ -1,0 +1,254 @@
+"""Analytic (roofline) cost model implementing `yatt.core.costmodel.CostModel`.
+
+Why: the planner must price thousands of placements without hardware. Each cost is a
+roofline term (FLOPs / achievable FLOP/s, or bytes / achievable bandwidth) with named
+efficiency factors (`Efficiency`) that `yatt calibrate` fits to measured traces and
+`yatt profile` replaces with tables. No coefficient lives inline: hardware numbers come
+from the GPU catalog, shapes from the model catalog, efficiencies from `Efficiency`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Sequence
+
+from yatt.core.plan import Experiment, Parallel
+from yatt.core.roles import ReleasePolicy, Role
+from yatt.core.schema import spec_field
+from yatt.core.specs import ClusterSpec, ModelSpec
+
+from . import memory
+
+GB = 1e9
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Achievable fractions of peak, and fixed overheads. Defaults from public numbers."""
+
+    # Megatron-Core reports ~40-47% MFU for dense GPT training on H100/A100 at scale; RL
+    # actor training on short, ragged sequences sits at the low end.
+    train_mfu: float = spec_field(0.40, gt=0, le=1)
+    # vLLM prefill is a large GEMM workload: ~50-60% of dense peak.
+    prefill_mfu: float = spec_field(0.55, gt=0, le=1)
+    # Decode at large batch turns compute-bound; attention/sampling keep it well below peak.
+    decode_mfu: float = spec_field(0.45, gt=0, le=1)
+    # Decode kernels read weights + KV at ~70-80% of HBM bandwidth (vLLM/FlashInfer reports).
+    decode_bw_eff: float = spec_field(0.75, gt=0, le=1)
+    # NCCL ring all-reduce bus bandwidth ~75-80% of link peak (nccl-tests on DGX).
+    comm_eff: float = spec_field(0.75, gt=0, le=1)
+    # Pinned-memory PCIe copies reach ~80% of the link.
+    host_link_eff: float = spec_field(0.80, gt=0, le=1)
+    # Per decode step: scheduler, sampling, detokenisation (vLLM with CUDA graphs ~1-3 ms).
+    decode_step_overhead_s: float = spec_field(0.002, ge=0)
+    # Per collective launch latency (NCCL small-message ~10-20 us).
+    comm_latency_s: float = spec_field(15e-6, ge=0)
+    # Per training micro-batch launch/data overhead.
+    micro_batch_overhead_s: float = spec_field(0.01, ge=0)
+    # Fixed cost of any phase switch (sleep/wake calls, allocator, barriers).
+    switch_overhead_s: float = spec_field(0.5, ge=0)
+    # Creating an inference engine from scratch (TEARDOWN release): process/graph setup.
+    engine_start_s: float = spec_field(30.0, ge=0)
+    # Per-engine fixed cost of a weight update (reload_weights + prefix-cache reset).
+    sync_overhead_s: float = spec_field(0.2, ge=0)
+    # Checkpoint write bandwidth per node to shared storage.
+    ckpt_gbps_per_node: float = spec_field(2.0, gt=0)
+    # One controller process (de)serialising sample payloads.
+    controller_gbps: float = spec_field(1.0, gt=0)
+    controller_per_sample_s: float = spec_field(2e-5, ge=0)
+
+    def with_(self, **kw: float) -> "Efficiency":
+        return replace(self, **kw)
+
+
+def _sum_max_linear(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
+    """sum_{i=0}^{k-1} max(a1 + b1*i, a2 + b2*i), exactly."""
+    if k <= 0:
+        return 0.0
+
+    def lin(a: float, b: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi)
+        n = hi - lo
+        return a * n + b * (lo + hi - 1) * n / 2.0 if n > 0 else 0.0
+
+    if b1 == b2:
+        return lin(max(a1, a2), b1, 0, k)
+    if b1 < b2:  # make f1 the steeper line
+        a1, b1, a2, b2 = a2, b2, a1, b1
+    # f1 - f2 grows with i; it is >= 0 from i >= x on, with x the crossover point.
+    x = (a2 - a1) / (b1 - b2)
+    cut = min(k, max(0, math.ceil(x)))
+    return lin(a2, b2, 0, cut) + lin(a1, b1, cut, k)
+
+
+class AnalyticCostModel:
+    """Roofline costs for one cluster. See `Efficiency` for the tunable factors."""
+
+    def __init__(self, cluster: ClusterSpec, eff: Efficiency | None = None, *,
+                 recompute: bool = False, micro_batch_tokens: int = 16384) -> None:
+        self.cluster = cluster
+        self.gpu = cluster.gpu
+        self.eff = eff or Efficiency()
+        self.recompute = recompute
+        self.micro_batch_tokens = micro_batch_tokens
+
+    @classmethod
+    def for_experiment(cls, exp: Experiment, eff: Efficiency | None = None) -> "AnalyticCostModel":
+        """Cost model for an experiment's cluster, with its recompute and micro-batch choice."""
+        return cls(exp.cluster, eff, recompute=exp.algo.recompute,
+                   micro_batch_tokens=exp.algo.micro_batch_tokens)
+
+    # ---- helpers ---------------------------------------------------------------------
+    @staticmethod
+    def compute_params(model: ModelSpec) -> float:
+        """Parameters that cost FLOPs per token: all but the input embedding lookup."""
+        return model.non_embedding_params + model.vocab * model.hidden
+
+    def _peak(self) -> float:
+        return self.gpu.bf16_tflops * 1e12
+
+    def _link(self, devices: int) -> float:
+        """Achievable collective bandwidth (B/s) for a group of `devices` contiguous devices."""
+        gbps = self.gpu.intra_node_gbps if devices <= self.cluster.gpus_per_node else self.gpu.inter_node_gbps
+        return gbps * GB * self.eff.comm_eff
+
+    def _allreduce(self, nbytes: float, n: int, calls: int = 1) -> float:
+        if n <= 1:
+            return 0.0
+        return 2.0 * (n - 1) / n * nbytes / self._link(n) + calls * self.eff.comm_latency_s
+
+    def _train_flops(self, model: ModelSpec, s: float) -> float:
+        return 6.0 * self.compute_params(model) * s + 6.0 * model.layers * model.hidden * s * s
+
+    # ---- training --------------------------------------------------------------------
+    def train_flops_per_token(self, model: ModelSpec, seq_len: int = 1) -> float:
+        return self._train_flops(model, seq_len) / seq_len
+
+    def train_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
+        return self._pass_time(model, seq_lens, par, self.recompute)
+
+    def _pass_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel,
+                   recompute: bool) -> float:
+        if not len(seq_lens):
+            return 0.0
+        micro_batch_tokens = self.micro_batch_tokens
+        flops = sum(self._train_flops(model, float(s)) for s in seq_lens)
+        if recompute:
+            flops *= 4.0 / 3.0  # one extra forward
+        tokens = float(sum(seq_lens))
+        micro = max(1.0, -(-tokens // micro_batch_tokens))
+        bubble = 1.0 + (par.pp - 1) / micro
+        compute = flops / (par.tp * par.pp * self._peak() * self.eff.train_mfu) * bubble
+        # TP: 2 all-reduces forward + 2 backward per layer on the activations (bf16).
+        tp_comm = self._allreduce(4 * tokens * model.hidden * 2 * model.layers / par.pp, par.tp,
+                                  calls=int(4 * model.layers / par.pp * micro))
+        pp_comm = 0.0
+        if par.pp > 1:
+            pp_comm = 2 * (par.pp - 1) * tokens * model.hidden * 2 / self._link(par.tp * par.pp)
+        return compute + tp_comm + pp_comm + micro * self.eff.micro_batch_overhead_s
+
+    def grad_sync_time(self, model: ModelSpec, par: Parallel) -> float:
+        shard = par.tp * par.pp
+        grad_bytes = model.params / shard * 2  # bf16 gradient reduction
+        # DP ranks of one TP shard sit tp*pp devices apart: the group spans nodes when the
+        # whole trainer does.
+        n = par.dp
+        span = par.world
+        comm = 0.0
+        if n > 1:
+            comm = 2.0 * (n - 1) / n * grad_bytes / self._link(span) + self.eff.comm_latency_s
+        # Adam step is memory-bound: read/write master, m, v, grad (~36 B/param) per shard.
+        opt = model.params / shard / n * 36 / (self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff)
+        return comm + opt
+
+    def logprob_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
+        # forward only: a third of the training FLOPs (no recompute)
+        return self._pass_time(model, seq_lens, par, recompute=False) / 3.0
+
+    # ---- inference -------------------------------------------------------------------
+    def prefill_time(self, model: ModelSpec, tp: int, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        flops = 2.0 * self.compute_params(model) * tokens + 2.0 * model.layers * model.hidden * tokens * tokens
+        comm = self._allreduce(2 * tokens * model.hidden * 2 * model.layers, tp, calls=2 * model.layers)
+        return flops / (tp * self._peak() * self.eff.prefill_mfu) + comm
+
+    def _decode_coeffs(self, model: ModelSpec, tp: int, batch: int) -> tuple[float, float, float, float, float]:
+        """Per-step compute = ac + bc*ctx_sum; memory = am + bm*ctx_sum; fixed = comm+overhead."""
+        peak = tp * self._peak() * self.eff.decode_mfu
+        ac = 2.0 * self.compute_params(model) * batch / peak
+        bc = 4.0 * model.layers * model.hidden / peak
+        bw = self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff
+        am = memory.engine_weight_bytes(model, tp) / bw
+        bm = memory.kv_bytes_per_token_per_device(model, tp) / bw
+        fixed = self._allreduce(2 * batch * model.hidden * 2 * model.layers, tp,
+                                calls=2 * model.layers) + self.eff.decode_step_overhead_s
+        return ac, bc, am, bm, fixed
+
+    def decode_step_time(self, model: ModelSpec, tp: int, batch: int, mean_ctx: float) -> float:
+        if batch <= 0:
+            return 0.0
+        ac, bc, am, bm, fixed = self._decode_coeffs(model, tp, batch)
+        c = mean_ctx * batch
+        return max(ac + bc * c, am + bm * c) + fixed
+
+    def decode_time(self, model: ModelSpec, tp: int, batch: int, ctx_sum: float, steps: int) -> float:
+        if batch <= 0 or steps <= 0:
+            return 0.0
+        ac, bc, am, bm, fixed = self._decode_coeffs(model, tp, batch)
+        # step i has context ctx_sum + i*batch: both terms are linear in i.
+        return _sum_max_linear(ac + bc * ctx_sum, bc * batch, am + bm * ctx_sum, bm * batch,
+                               steps) + fixed * steps
+
+    def kv_capacity_tokens(self, model: ModelSpec, tp: int, mem_util: float) -> int:
+        kv = memory.engine_kv_bytes(model, tp, self.gpu, mem_util)
+        return int(kv // memory.kv_bytes_per_token_per_device(model, tp))
+
+    def genrm_score_time(self, model: ModelSpec, tp: int, input_tokens: int, output_tokens: int) -> float:
+        """One judgment alone on an idle engine: prefill, then a short decode."""
+        return (self.prefill_time(model, tp, input_tokens)
+                + self.decode_time(model, tp, 1, input_tokens, output_tokens))
+
+    # ---- phase switches --------------------------------------------------------------
+    def _state_bytes(self, model: ModelSpec, role: Role, par: Parallel) -> float:
+        """Per-device bytes a role moves to/from host when it offloads."""
+        shard = par.tp * par.pp
+        if role is Role.TRAINER:
+            # weights + grads + distributed-optimizer shard
+            return model.params / shard * (2 + memory.GRAD_BYTES + memory.ADAM_BYTES / par.dp)
+        return model.params / shard * model.dtype_bytes  # engines / reference: weights only
+
+    def _host_copy(self, nbytes: float) -> float:
+        return nbytes / (self.gpu.host_link_gbps * GB * self.eff.host_link_eff)
+
+    def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
+        if release is ReleasePolicy.RESIDENT:
+            return 0.0
+        if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):
+            return self.eff.switch_overhead_s  # destroy: nothing is copied
+        return self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
+
+    def reload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
+        if release is ReleasePolicy.RESIDENT:
+            return 0.0
+        load = self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
+        if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):
+            load += self.eff.engine_start_s
+        return load
+
+    def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,
+                         rollout_engines: int, cross_node: bool) -> float:
+        nbytes = float(model.weight_bytes)
+        gbps = self.gpu.inter_node_gbps if cross_node else self.gpu.intra_node_gbps
+        # gather TP/PP shards, then a pipelined broadcast: ~bytes/bw regardless of engines
+        # engines apply the update in parallel: one fixed overhead
+        return nbytes / (gbps * GB * self.eff.comm_eff) + self.eff.sync_overhead_s
+
+    def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
+        nbytes = model.params * (2 + memory.ADAM_BYTES)
+        nodes = max(1, -(-par.world // self.cluster.gpus_per_node))
+        return nbytes / (self.eff.ckpt_gbps_per_node * GB * nodes)
+
+    def controller_time(self, samples: int, bytes_per_sample: float, controllers: int) -> float:
+        k = max(1, controllers)
+        return (samples * bytes_per_sample / (self.eff.controller_gbps * GB * k)
+                + samples * self.eff.controller_per_sample_s / k)
