@@ -1,0 +1,217 @@
+"""A generation engine (rollout or GenRM) with continuous batching, as one SimPy process.
+
+Why: generation dominates an RLHF step, and its time depends on how requests share the
+running batch. The engine is simulated at request-completion granularity: between two
+completions the batch is fixed, so the time to the next completion is one closed-form
+`cost.decode_time` call and one SimPy timeout -- never an event per token.
+
+Admission (vLLM-like, FCFS): a waiting request joins the running batch while the batch is
+under `max_seqs` and its final KV footprint (input + output tokens) still fits in the
+engine's KV capacity. Reserving the final footprint means no preemption is modelled; an
+engine with an empty batch always admits one request (a request longer than the KV
+capacity is not refused). Requests admitted together are prefilled together
+(`cost.prefill_time`), costed inside the next decode interval as chunked prefill would. Each request then needs `max(1, output)` decode steps.
+
+An arrival that finds room while the engine is decoding interrupts the interval: progress
+is credited pro rata (whole steps; the remainder carries over), then the newcomer joins.
+"""
+from __future__ import annotations
+
+from collections import deque
+from heapq import heappop, heappush
+from typing import Callable, Optional, Sequence
+
+import simpy
+
+from yatt.core import CostModel, ModelSpec
+
+# on_done(engine, finished sample indices, now) -> an event to wait on (backpressure) or None
+DoneFn = Callable[["GenEngine", list, float], Optional[simpy.Event]]
+
+
+class GenEngine:
+    """One TP group serving requests. Per-sample data are plain lists indexed by sample."""
+
+    def __init__(self, env: simpy.Environment, devices: tuple[int, ...], model: ModelSpec, tp: int,
+                 cost: CostModel, kv_cap: int, max_seqs: int, in_tokens: Sequence[int],
+                 out_tokens: Sequence[int], on_done: DoneFn,
+                 on_admit: Optional[Callable[[int], None]] = None) -> None:
+        self.env, self.devices, self.model, self.tp, self.cost = env, devices, model, tp, cost
+        self.kv_cap, self.max_seqs = kv_cap, max_seqs
+        self.inp, self.out = in_tokens, out_tokens
+        self.on_done, self.on_admit = on_done, on_admit
+        self.waiting: deque[int] = deque()
+        self.heap: list[tuple[int, int, int]] = []  # (finish step, sample, ctx offset)
+        self.S = 0            # decode steps this engine has run
+        self.base = 0         # sum over running of (input tokens - admission step)
+        self.kv_used = 0
+        self.outstanding = 0  # waiting + running (least-loaded dispatch key)
+        self.closed = False
+        self.decoding = False
+        self.carry = 0.0      # decode time already spent on a partial step
+        self.wake: Optional[simpy.Event] = None
+        self.busy: list[tuple[float, float, int]] = []  # (start, end, tokens) intervals
+        self._busy_from: Optional[float] = None
+        self._tokens = 0
+        self.proc = env.process(self._run())
+
+    # ---- called by routers and the step driver -------------------------------------------
+    def submit(self, i: int) -> None:
+        self.waiting.append(i)
+        self.outstanding += 1
+        self.poke()
+
+    def poke(self) -> None:
+        """New work may be admissible: wake an idle engine or interrupt a decode interval."""
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+        elif self.decoding and self._room_for(self.waiting[0] if self.waiting else -1):
+            self.decoding = False
+            self.proc.interrupt()
+
+    def close(self) -> None:
+        """No more submissions: the process ends once its queue and batch drain."""
+        self.closed = True
+        if self.wake is not None and not self.wake.triggered:
+            self.wake.succeed()
+
+    # ---- internals -------------------------------------------------------------------------
+    def _room_for(self, i: int) -> bool:
+        if i < 0 or len(self.heap) >= self.max_seqs:
+            return False
+        return not self.heap or self.kv_used + self.inp[i] + self.out[i] <= self.kv_cap
+
+    def _admit(self) -> int:
+        heap, waiting, S = self.heap, self.waiting, self.S
+        inp, out = self.inp, self.out
+        tokens = n = 0
+        while waiting and len(heap) < self.max_seqs:
+            i = waiting[0]
+            need = inp[i] + out[i]
+            if heap and self.kv_used + need > self.kv_cap:
+                break
+            waiting.popleft()
+            self.kv_used += need
+            off = inp[i] - S
+            self.base += off
+            heappush(heap, (S + max(1, out[i]), i, off))
+            tokens += inp[i]
+            n += 1
+        if n and self.on_admit is not None:
+            self.on_admit(n)
+        return tokens
+
+    def _end_busy(self) -> None:
+        if self._busy_from is not None:
+            self.busy.append((self._busy_from, self.env.now, self._tokens))
+            self._busy_from, self._tokens = None, 0
+
+    def _run(self):
+        env, cost, model, tp, heap = self.env, self.cost, self.model, self.tp, self.heap
+        while True:
+            if not heap and not self.waiting:
+                self._end_busy()
+                if self.closed:
+                    return
+                self.wake = env.event()
+                yield self.wake
+                self.wake = None
+                continue
+            if self._busy_from is None:
+                self._busy_from = env.now
+            pre = self._admit()
+            B, S = len(heap), self.S
+            r = heap[0][0] - S
+            full = cost.decode_time(model, tp, B, self.base + B * S, r)
+            if pre:  # newcomers' prefill runs inside this interval (chunked-prefill style)
+                self._tokens += pre
+                full += cost.prefill_time(model, tp, pre)
+            dt = max(0.0, full - self.carry)
+            t0 = env.now
+            self.decoding = True
+            try:
+                yield env.timeout(dt)
+            except simpy.Interrupt:
+                spent = self.carry + env.now - t0
+                k = min(r - 1, int(r * spent / full)) if full > 0 else 0
+                self.carry = max(0.0, spent - full * k / r)
+                self.S += k
+                self._tokens += k * B
+                continue
+            self.decoding = False
+            self.carry = 0.0
+            self.S = S = S + r
+            self._tokens += r * B
+            done = []
+            while heap and heap[0][0] == S:
+                _, i, off = heappop(heap)
+                self.base -= off
+                self.kv_used -= self.inp[i] + self.out[i]
+                done.append(i)
+            self.outstanding -= len(done)
+            hold = self.on_done(self, done, env.now)
+            if hold is not None:
+                yield hold
+
+
+class Router:
+    """Least-loaded dispatch (fewest outstanding requests, lowest index on ties) with an
+    optional bound on requests waiting (not yet admitted) across the engines: beyond it,
+    items wait in `overflow` and the producer is handed an event to block on."""
+
+    def __init__(self, env: simpy.Environment, engines: list[GenEngine],
+                 capacity: Optional[int] = None) -> None:
+        self.env, self.engines, self.capacity = env, engines, capacity
+        self.queued = 0
+        self.overflow: deque[int] = deque()
+        self.blocked: list[simpy.Event] = []
+        for e in engines:
+            e.on_admit = self._admitted
+
+    def _dispatch(self, i: int) -> None:
+        engines = self.engines
+        best = engines[0]
+        for e in engines:
+            if e.outstanding < best.outstanding:
+                best = e
+        self.queued += 1
+        best.submit(i)
+
+    def submit(self, items: Sequence[int]) -> Optional[simpy.Event]:
+        cap = self.capacity
+        for i in items:
+            if cap is not None and (self.queued >= cap or self.overflow):
+                self.overflow.append(i)
+            else:
+                self._dispatch(i)
+        if self.overflow:
+            ev = self.env.event()
+            self.blocked.append(ev)
+            return ev
+        return None
+
+    def submit_all(self, items: Sequence[int]) -> None:
+        """Bulk dispatch at one instant to idle engines: least-loaded is round robin."""
+        engines = self.engines
+        start = min(range(len(engines)), key=lambda k: engines[k].outstanding)
+        n = len(engines)
+        for j, i in enumerate(items):
+            self.queued += 1
+            engines[(start + j) % n].submit(i)
+
+    def _admitted(self, n: int) -> None:
+        self.queued -= n
+        cap = self.capacity
+        while self.overflow and (cap is None or self.queued < cap):
+            self._dispatch(self.overflow.popleft())
+        if not self.overflow and self.blocked:
+            for ev in self.blocked:
+                ev.succeed()
+            self.blocked = []
+
+    def close(self) -> None:
+        for e in self.engines:
+            e.close()
+
+    def procs(self) -> list:
+        return [e.proc for e in self.engines]

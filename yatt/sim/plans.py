@@ -1,0 +1,48 @@
+"""`make_plan`: build a valid Plan for a mode from an Experiment and a few knobs.
+
+Why: tests, the benchmark and the planner's search all need Plans; spelling out the
+RolePlacements by hand is error-prone (roles that must exist, disjoint sets in partial
+colocate, TP groups inside a node). Pure, imports core only.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+from yatt.core import Experiment, InputError, Mode, Plan, RewardSource, Role, RolePlacement
+from yatt.core.roles import BalanceCost, BalancePolicy, ReleasePolicy
+
+
+def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[int] = None,
+              rollout_tp: int = 1, genrm_tp: int = 1, trainer_tp: int = 1,
+              balance: Optional[BalancePolicy] = None, balance_cost: Optional[BalanceCost] = None,
+              release: Optional[ReleasePolicy] = None, controllers: Optional[int] = None) -> Plan:
+    """A Plan for `mode` on the whole cluster.
+
+    colocate: every role on every device. partial: rollout on the first `rollout_devices`
+    devices, GenRM on the rest; trainer and reference always on every device.
+    `rollout_devices` defaults to half the cluster in partial (ignored in colocate).
+    Policies default to the experiment's SearchSpec. Raises InputError for an invalid split.
+    """
+    n = experiment.cluster.num_gpus
+    everything = tuple(range(n))
+    has_genrm = experiment.algo.reward is RewardSource.GENRM
+    if mode is Mode.PARTIAL and has_genrm:
+        r = n // 2 if rollout_devices is None else rollout_devices
+        if not 0 < r < n:
+            raise InputError(f"got {r}; allowed: 1..{n - 1} rollout devices in partial colocate",
+                             field="rollout_devices")
+        rollout, genrm = everything[:r], everything[r:]
+    else:
+        rollout = genrm = everything
+    places = [RolePlacement(Role.ROLLOUT, rollout, tp=rollout_tp),
+              RolePlacement(Role.TRAINER, everything, tp=trainer_tp)]
+    if has_genrm:
+        places.append(RolePlacement(Role.GENRM, genrm, tp=genrm_tp))
+    if experiment.algo.use_reference:
+        places.append(RolePlacement(Role.REFERENCE, everything, tp=trainer_tp))
+    s = experiment.search
+    return Plan(mode=mode, placements=tuple(places), experiment=experiment,
+                balance=s.balance if balance is None else balance,
+                balance_cost=s.balance_cost if balance_cost is None else balance_cost,
+                controllers=s.controllers if controllers is None else controllers,
+                release=s.release if release is None else release)

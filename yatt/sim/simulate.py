@@ -1,0 +1,344 @@
+"""`simulate(plan, workload, cost_model, seed)`: one SimPy run of RL steps -> Trace.
+
+Why: this is the planner's oracle. It walks the step order of `yatt.core.schedule` for the
+plan's mode, with generation engines as SimPy processes (`engine.py`), phase switches and
+trainer phases costed by the injected cost model, and writes the same Trace schema the
+executor records.
+
+Full colocate runs each generation stage on every device in turn (rollout -> switch ->
+GenRM), once per dynamic-sampling round. Partial colocate runs rollout and GenRM engines
+at once on disjoint devices, joined by a bounded queue; a judged group that is dropped
+immediately streams a replacement prompt back into the rollout engines. Each generator
+releases its devices as soon as its own work is over (rollout: once no replacement can be
+requested any more); the trainer reloads when both are released.
+"""
+from __future__ import annotations
+
+from importlib import metadata
+from typing import Optional, Sequence
+
+import numpy as np
+import simpy
+
+from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role, SampleRecord,
+                       SpanRecord, Trace, TraceMeta, TraceSource, Workload)
+from yatt.core.roles import Mode
+from yatt.core.schedule import Stage, step_schedule
+
+from .engine import GenEngine, Router
+from .pool import StepPool, step_pool
+from .trainer import rank_phase, split, train_epochs
+
+
+def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, steps: int = 1,
+             *, recorded: Optional[Sequence[SampleRecord]] = None) -> Trace:
+    """Simulate `steps` RL steps of `plan` on `workload`.
+
+    recorded: samples of a trace to replay; for each step they cover, lengths, rounds and
+    kept flags come from them instead of the seeded rng.
+
+    Trace.meta.extra holds, per step: "balance" (trainer DP split: policy, max and mean
+    load in balance-cost units and max/mean), "dropped_groups", "rounds", "step_time_s".
+    """
+    if steps < 0:
+        raise InputError(f"got {steps}; allowed: >= 0", field="steps")
+    by_step: Optional[dict[int, list[SampleRecord]]] = None
+    if recorded is not None:
+        by_step = {}
+        for s in recorded:
+            by_step.setdefault(s.step, []).append(s)
+    run = _Run(plan, workload, cost_model, seed, by_step)
+    env = simpy.Environment()
+    env.process(run.all_steps(env, steps))
+    env.run()
+    try:
+        version = metadata.version("yatt")
+    except metadata.PackageNotFoundError:
+        version = ""
+    c = plan.cluster
+    meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed, yatt_version=version,
+                     hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}", steps=steps,
+                     extra={"cost_model": type(cost_model).__name__, "steps": run.extra})
+    return Trace(meta, tuple(run.samples), tuple(run.spans))
+
+
+class _Run:
+    """State of one simulation: plan facts resolved once, records collected as it runs."""
+
+    def __init__(self, plan: Plan, w: Workload, cost: CostModel, seed: int,
+                 recorded: Optional[dict[int, list[SampleRecord]]]) -> None:
+        self.plan, self.w, self.cost, self.seed, self.recorded = plan, w, cost, seed, recorded
+        algo = plan.experiment.algo
+        self.has_genrm = algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
+        self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
+                                   reference=algo.use_reference and plan.has(Role.REFERENCE))
+        eng = plan.experiment.engine
+        self.kv = {Role.ROLLOUT: self._kv(Role.ROLLOUT, eng.gpu_memory_utilization)}
+        self.max_seqs = {Role.ROLLOUT: eng.max_num_seqs, Role.GENRM: eng.genrm_max_num_seqs}
+        if self.has_genrm:
+            self.kv[Role.GENRM] = self._kv(Role.GENRM, eng.gpu_memory_utilization)
+        self.samples: list[SampleRecord] = []
+        self.spans: list[SpanRecord] = []
+        self.extra: list[dict] = []
+
+    def _kv(self, role: Role, util: float) -> int:
+        pl = self.plan.placement(role)
+        model = self.plan.model_for(role)
+        kv = int(self.cost.kv_capacity_tokens(model, pl.tp, util))
+        if kv <= 0:
+            raise InputError(f"{model.name} does not fit on {pl.tp} x {self.plan.cluster.gpu.name} "
+                             f"for {role.value} (no KV capacity left); allowed: a larger TP",
+                             field=f"placements.{role.value}.tp")
+        return kv
+
+    # ---- the step loop ----------------------------------------------------------------------
+    def all_steps(self, env: simpy.Environment, steps: int):
+        for k in range(steps):
+            st = _Step(self, step_pool(self.w, k, self.seed, self.recorded), env.now)
+            if self.plan.mode is Mode.COLOCATE:
+                yield from st.generate_colocate(env)
+            else:
+                yield from st.generate_partial(env)
+            yield from st.finish(env)
+            st.emit(env.now)
+
+
+class _Step:
+    """One step's bookkeeping: which samples are generated, judged, kept and where."""
+
+    def __init__(self, run: _Run, pool: StepPool, t0: float) -> None:
+        self.run, self.pool, self.t0 = run, pool, t0
+        self.plan, self.cost, self.step = run.plan, run.cost, pool.step
+        n = pool.n
+        self.rollout_end: list[Optional[float]] = [None] * n
+        self.genrm_end: list[Optional[float]] = [None] * n
+        self.dp_rank = [-1] * n
+        self.group_of = np.repeat(np.arange(pool.groups), pool.group_size).tolist()
+        self.left = pool.group_size.tolist()
+        self.dropped = pool.group_dropped.tolist()
+        self.g_round = pool.group_round.tolist()
+        self.cap = int(pool.group_round.max()) if pool.groups else 0
+        self.prompt = pool.prompt_tokens.tolist()
+        self.resp = pool.response_tokens.tolist()
+        self.gin = pool.genrm_in.tolist()
+        self.gout = pool.genrm_out.tolist()
+        self.work_end: dict[Role, float] = {}
+        self.rounds = 0
+
+    # ---- engines ----------------------------------------------------------------------------
+    def _engines(self, env, role: Role, on_done, capacity: Optional[int] = None) -> Router:
+        plan = self.plan
+        pl, model = plan.placement(role), plan.model_for(role)
+        inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
+        engines = [GenEngine(env, tuple(g), model, pl.tp, self.cost, self.run.kv[role],
+                             self.run.max_seqs[role], inp, out, on_done) for g in pl.groups()]
+        return Router(env, engines, capacity)
+
+    def _engine_spans(self, router: Router, role: Role, label: str) -> None:
+        phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
+        for k, e in enumerate(router.engines):
+            for a, b, tok in e.busy:
+                self.run.spans.append(SpanRecord(step=self.step, role=role, phase=phase,
+                                                 devices=e.devices, start_s=a, end_s=b, tokens=tok,
+                                                 name=f"{role.value}[{k}] {label}"))
+                self.work_end[role] = max(self.work_end.get(role, 0.0), b)
+
+    def _judged(self, done, t: float) -> None:
+        left, group_of = self.left, self.group_of
+        for i in done:
+            g = group_of[i]
+            left[g] -= 1
+            if left[g] == 0:
+                self._resolved(g, t)
+
+    def _resolved(self, g: int, t: float) -> None:  # overridden per mode by assignment
+        pass
+
+    def _members(self, groups) -> list[int]:
+        out: list[int] = []
+        for g in groups:
+            out.extend(self.pool.members(int(g)))
+        return out
+
+    # ---- full colocate ----------------------------------------------------------------------
+    def generate_colocate(self, env):
+        sched, pool = self.run.sched, self.pool
+        r = 0
+        while True:
+            items = self._members(pool.round_groups(r))
+            self.rounds = r + 1
+            for stage in sched.generate:
+                if stage.phase is Phase.ROLLOUT:
+                    yield from self._gen_round(env, Role.ROLLOUT, items, f"r{r}")
+                elif stage.phase is Phase.GENRM:
+                    yield from self._gen_round(env, Role.GENRM, items, f"r{r}")
+                else:
+                    yield env.timeout(self._switch(stage, env.now) - env.now)
+            r += 1
+            if not pool.round_groups(r).size:
+                return
+            for stage in sched.between_rounds:
+                yield env.timeout(self._switch(stage, env.now) - env.now)
+
+    def _gen_round(self, env, role: Role, items: list[int], label: str):
+        last = role is Role.GENRM or not self.run.has_genrm
+        ends = self.genrm_end if role is Role.GENRM else self.rollout_end
+
+        def on_done(_e, done, t):
+            for i in done:
+                ends[i] = t
+            if last:
+                self._judged(done, t)
+            return None
+
+        router = self._engines(env, role, on_done)
+        router.submit_all(items)
+        router.close()
+        yield env.all_of(router.procs())
+        self._engine_spans(router, role, label)
+
+    # ---- partial colocate -------------------------------------------------------------------
+    def generate_partial(self, env):
+        pool = self.pool
+        has_genrm = self.run.has_genrm
+        queue = self.plan.experiment.engine.queue_capacity
+        next_round = {r: list(pool.round_groups(r)) for r in range(1, self.cap + 1)}
+        state = {"eligible": 0, "t_elig": env.now}
+        rollout_end = self.rollout_end
+
+        def launch(groups) -> None:
+            for g in groups:
+                if self.g_round[g] < self.cap:
+                    state["eligible"] += 1
+            items = self._members(groups)
+            if env.now == self.t0:
+                ro.submit_all(items)
+            else:
+                ro.submit(items)
+
+        def maybe_close() -> None:
+            if state["eligible"] == 0:
+                leftovers = [g for r in sorted(next_round) for g in next_round[r]]
+                next_round.clear()
+                if leftovers:  # a replayed trace with more replacements than drops
+                    launch(leftovers)
+                    if state["eligible"]:
+                        return
+                ro.close()
+
+        def resolved(g: int, t: float) -> None:
+            r = self.g_round[g]
+            self.rounds = max(self.rounds, r + 1)
+            if r < self.cap:
+                state["eligible"] -= 1
+                state["t_elig"] = t
+                if self.dropped[g] and next_round.get(r + 1):
+                    launch([next_round[r + 1].pop(0)])
+            maybe_close()
+
+        self._resolved = resolved
+
+        def rollout_done(_e, done, t):
+            for i in done:
+                rollout_end[i] = t
+            if has_genrm:
+                return gr.submit(done)
+            self._judged(done, t)
+            return None
+
+        def genrm_done(_e, done, t):
+            for i in done:
+                self.genrm_end[i] = t
+            self._judged(done, t)
+            return None
+
+        ro = self._engines(env, Role.ROLLOUT, rollout_done)
+        gr = self._engines(env, Role.GENRM, genrm_done, queue) if has_genrm else None
+        launch(list(pool.round_groups(0)))
+        maybe_close()
+        yield env.all_of(ro.procs())
+        self._engine_spans(ro, Role.ROLLOUT, "")
+        self.work_end[Role.ROLLOUT] = max(self.work_end.get(Role.ROLLOUT, self.t0), state["t_elig"])
+        if gr is not None:
+            gr.close()
+            yield env.all_of(gr.procs())
+            self._engine_spans(gr, Role.GENRM, "")
+
+    # ---- switches and the trainer -----------------------------------------------------------
+    def _switch(self, stage: Stage, now: float) -> float:
+        """Cost a switch stage; roles on shared devices go one after another. Returns end."""
+        plan, cost = self.plan, self.cost
+        free: dict[int, float] = {}
+        end = now
+        for role in stage.roles:
+            if not plan.has(role):
+                continue
+            pl, model = plan.placement(role), plan.model_for(role)
+            t0 = self.work_end.get(role, now) if stage.early_release else now
+            t0 = max([t0] + [free[d] for d in pl.devices if d in free])
+            if stage.phase is Phase.OFFLOAD:
+                c = cost.offload_time(model, role, pl.parallel, plan.release)
+            else:
+                c = cost.reload_time(model, role, pl.parallel, plan.release)
+            self.run.spans.append(SpanRecord(step=self.step, role=role, phase=stage.phase,
+                                             devices=pl.devices, start_s=t0, end_s=t0 + c,
+                                             name=f"{stage.phase.value} {role.value}"))
+            for d in pl.devices:
+                free[d] = t0 + c
+            end = max(end, t0 + c)
+        return end
+
+    def _weight_sync(self, now: float) -> float:
+        plan = self.plan
+        tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
+        devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
+        cross = len({plan.cluster.node_of(d) for d in devs}) > 1
+        c = self.cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
+        self.run.spans.append(SpanRecord(step=self.step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
+                                         devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
+        return now + c
+
+    def finish(self, env):
+        pool, plan = self.pool, self.plan
+        kept = np.flatnonzero(pool.kept)
+        seq = pool.prompt_tokens + pool.response_tokens
+        tr_dp = plan.placement(Role.TRAINER).dp
+        sp = split(plan, seq[kept], kept, tr_dp)
+        for r, members in enumerate(sp.bins):
+            for i in members:
+                self.dp_rank[i] = r
+        self.balance = {"policy": sp.policy, "max_load": max(sp.loads, default=0.0),
+                        "mean_load": sum(sp.loads) / max(1, len(sp.loads)),
+                        "max_over_mean": sp.max_over_mean}
+        for stage in self.run.sched.finish:
+            now = env.now
+            if stage.phase is Phase.REF_LOGPROB:
+                ref_dp = plan.placement(Role.REFERENCE).dp
+                rsp = sp if ref_dp == tr_dp else split(plan, seq[kept], kept, ref_dp)
+                end = rank_phase(plan, self.cost, Role.REFERENCE, Phase.REF_LOGPROB, rsp, seq, now,
+                                 self.step, self.run.spans, name="ref_logprob")
+            elif stage.phase is Phase.TRAIN:
+                end = train_epochs(plan, self.cost, sp, seq, now, self.step, self.run.spans)
+            elif stage.phase is Phase.WEIGHT_SYNC:
+                end = self._weight_sync(now)
+            else:
+                end = self._switch(stage, now)
+            yield env.timeout(max(0.0, end - now))
+
+    def emit(self, t_end: float) -> None:
+        pool = self.pool
+        kept = pool.kept.tolist()
+        sid, pid, rnd = pool.sample_id.tolist(), pool.prompt_id.tolist(), pool.round.tolist()
+        reward = pool.reward.tolist()
+        has_genrm = self.run.has_genrm
+        out = self.run.samples
+        for i in range(pool.n):
+            out.append(SampleRecord(
+                step=self.step, sample_id=sid[i], prompt_id=pid[i], prompt_tokens=self.prompt[i],
+                response_tokens=self.resp[i], genrm_input_tokens=self.gin[i] if has_genrm else 0,
+                genrm_output_tokens=self.gout[i] if has_genrm else 0, reward=reward[i],
+                kept=kept[i], dp_rank=self.dp_rank[i], round=rnd[i],
+                rollout_end_s=self.rollout_end[i], genrm_end_s=self.genrm_end[i]))
+        self.run.extra.append({
+            "step": self.step, "step_time_s": t_end - self.t0, "rounds": self.rounds,
+            "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance})
