@@ -9,11 +9,13 @@ Admission (vLLM-like, FCFS): a waiting request joins the running batch while the
 under `max_seqs` and its final KV footprint (input + output tokens) still fits in the
 engine's KV capacity. Reserving the final footprint means no preemption is modelled; an
 engine with an empty batch always admits one request (a request longer than the KV
-capacity is not refused). Requests admitted together are prefilled together
-(`cost.prefill_time`), costed inside the next decode interval as chunked prefill would. Each request then needs `max(1, output)` decode steps.
+capacity is not refused). Each admitted request's prefill (`cost.prefill_time` per
+request, since attention cost is per sequence) is paid at the start of the next decode
+interval, before its decode steps. Each request then needs `max(1, output)` decode steps.
 
 An arrival that finds room while the engine is decoding interrupts the interval: progress
-is credited pro rata (whole steps; the remainder carries over), then the newcomer joins.
+first pays any prefill still owed, then is credited pro rata in whole decode steps (the
+remainder carries over), then the newcomer joins.
 """
 from __future__ import annotations
 
@@ -30,15 +32,17 @@ DoneFn = Callable[["GenEngine", list, float], Optional[simpy.Event]]
 
 
 class GenEngine:
-    """One TP group serving requests. Per-sample data are plain lists indexed by sample."""
+    """One TP group serving requests. Per-sample data are plain lists indexed by sample:
+    input and output tokens, and the prefill time of each request alone
+    (`cost.prefill_time` per request, since attention cost is per sequence)."""
 
     def __init__(self, env: simpy.Environment, devices: tuple[int, ...], model: ModelSpec, tp: int,
                  cost: CostModel, kv_cap: int, max_seqs: int, in_tokens: Sequence[int],
-                 out_tokens: Sequence[int], on_done: DoneFn,
+                 out_tokens: Sequence[int], prefill_s: Sequence[float], on_done: DoneFn,
                  on_admit: Optional[Callable[[int], None]] = None) -> None:
         self.env, self.devices, self.model, self.tp, self.cost = env, devices, model, tp, cost
         self.kv_cap, self.max_seqs = kv_cap, max_seqs
-        self.inp, self.out = in_tokens, out_tokens
+        self.inp, self.out, self.pf = in_tokens, out_tokens, prefill_s
         self.on_done, self.on_admit = on_done, on_admit
         self.waiting: deque[int] = deque()
         self.heap: list[tuple[int, int, int]] = []  # (finish step, sample, ctx offset)
@@ -49,6 +53,7 @@ class GenEngine:
         self.closed = False
         self.decoding = False
         self.carry = 0.0      # decode time already spent on a partial step
+        self.debt = 0.0       # prefill time still owed by admitted requests
         self.wake: Optional[simpy.Event] = None
         self.busy: list[tuple[float, float, int]] = []  # (start, end, tokens) intervals
         self._busy_from: Optional[float] = None
@@ -84,6 +89,8 @@ class GenEngine:
     def _admit(self) -> int:
         heap, waiting, S = self.heap, self.waiting, self.S
         inp, out = self.inp, self.out
+        pfs = self.pf
+        pf = 0.0
         tokens = n = 0
         while waiting and len(heap) < self.max_seqs:
             i = waiting[0]
@@ -96,10 +103,12 @@ class GenEngine:
             self.base += off
             heappush(heap, (S + max(1, out[i]), i, off))
             tokens += inp[i]
+            pf += pfs[i]
             n += 1
         if n and self.on_admit is not None:
             self.on_admit(n)
-        return tokens
+        self._tokens += tokens
+        return pf
 
     def _end_busy(self) -> None:
         if self._busy_from is not None:
@@ -119,25 +128,28 @@ class GenEngine:
                 continue
             if self._busy_from is None:
                 self._busy_from = env.now
-            pre = self._admit()
+            self.debt += self._admit()  # prefill time owed by newcomers
             B, S = len(heap), self.S
             r = heap[0][0] - S
-            full = cost.decode_time(model, tp, B, self.base + B * S, r)
-            if pre:  # newcomers' prefill runs inside this interval (chunked-prefill style)
-                self._tokens += pre
-                full += cost.prefill_time(model, tp, pre)
-            dt = max(0.0, full - self.carry)
+            dec = cost.decode_time(model, tp, B, self.base + B * S, r)
+            dt = self.debt + max(0.0, dec - self.carry)
             t0 = env.now
             self.decoding = True
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
-                spent = self.carry + env.now - t0
-                k = min(r - 1, int(r * spent / full)) if full > 0 else 0
-                self.carry = max(0.0, spent - full * k / r)
+                spent = env.now - t0
+                if spent <= self.debt:  # still prefilling
+                    self.debt -= spent
+                    continue
+                spent = spent - self.debt + self.carry
+                self.debt = 0.0
+                k = min(r - 1, int(r * spent / dec)) if dec > 0 else 0
+                self.carry = max(0.0, spent - dec * k / r)
                 self.S += k
                 self._tokens += k * B
                 continue
+            self.debt = 0.0
             self.decoding = False
             self.carry = 0.0
             self.S = S = S + r

@@ -80,6 +80,7 @@ class _Run:
         self.samples: list[SampleRecord] = []
         self.spans: list[SpanRecord] = []
         self.extra: list[dict] = []
+        self._pf_memo: dict[Role, dict[int, float]] = {}
 
     def _kv(self, role: Role, util: float) -> int:
         pl = self.plan.placement(role)
@@ -90,6 +91,19 @@ class _Run:
                              f"for {role.value} (no KV capacity left); allowed: a larger TP",
                              field=f"placements.{role.value}.tp")
         return kv
+
+    def prefill_times(self, role: Role, tokens: list[int]) -> list[float]:
+        """Per-request prefill times, one cost-model call per distinct length (memoized)."""
+        pl = self.plan.placement(role)
+        model, tp, fn = self.plan.model_for(role), pl.tp, self.cost.prefill_time
+        memo = self._pf_memo.setdefault(role, {})
+        out = []
+        for x in tokens:
+            t = memo.get(x)
+            if t is None:
+                t = memo[x] = fn(model, tp, x)
+            out.append(t)
+        return out
 
     # ---- the step loop ----------------------------------------------------------------------
     def all_steps(self, env: simpy.Environment, steps: int):
@@ -130,8 +144,9 @@ class _Step:
         plan = self.plan
         pl, model = plan.placement(role), plan.model_for(role)
         inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
+        pf = self.run.prefill_times(role, inp)
         engines = [GenEngine(env, tuple(g), model, pl.tp, self.cost, self.run.kv[role],
-                             self.run.max_seqs[role], inp, out, on_done) for g in pl.groups()]
+                             self.run.max_seqs[role], inp, out, pf, on_done) for g in pl.groups()]
         return Router(env, engines, capacity)
 
     def _engine_spans(self, router: Router, role: Role, label: str) -> None:
