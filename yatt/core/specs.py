@@ -7,6 +7,7 @@ so an impossible spec never gets past loading.
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -82,9 +83,10 @@ class ModelSpec:
     def dim_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
-    @property
+    @functools.cached_property
     def params(self) -> int:
-        """Parameter count derived from the shape (embeddings included)."""
+        """Parameter count derived from the shape (embeddings included). Cached: cost
+        models call it in their inner loops."""
         h, d = self.hidden, self.dim_head
         q = h * self.heads * d
         kv = 2 * h * self.kv_heads * d
@@ -96,7 +98,7 @@ class ModelSpec:
         emb = self.vocab * h * (1 if self.tied_embeddings else 2)
         return self.layers * per_layer + emb + h
 
-    @property
+    @functools.cached_property
     def non_embedding_params(self) -> int:
         return self.params - self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
