@@ -1,0 +1,55 @@
+import json
+import math
+
+from fakecost import FakeCostModel
+from helpers import experiment, workload
+from yatt.core import Mode, Phase
+from yatt.core.timeline import chrome_trace, write_chrome_trace
+from yatt.sim import make_plan, simulate, summarize
+from yatt.sim.gantt import plot_gantt
+
+
+def _trace(mode=Mode.PARTIAL, steps=2):
+    w = workload(32, 4)
+    return simulate(make_plan(experiment(w, nodes=2), mode, rollout_devices=8), w,
+                    FakeCostModel(), 0, steps=steps)
+
+
+def test_perfetto_one_track_per_device_valid_events(tmp_path):
+    tr = _trace()
+    path = write_chrome_trace(tr, tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    ev = doc["traceEvents"]
+    names = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert sorted(names) == list(range(16)) and len(set(names.values())) == 16
+    xs = [e for e in ev if e["ph"] == "X"]
+    assert xs and all(e["dur"] >= 0 and e["ts"] >= 0 and e["tid"] in names for e in xs)
+    assert {e["name"] for e in xs} <= {p.value for p in Phase}
+    assert len(xs) == sum(len(s.devices) for s in tr.spans)
+    assert chrome_trace(tr) == doc
+
+
+def test_summarize_consistent():
+    tr = _trace(Mode.COLOCATE, steps=3)
+    s = summarize(tr)
+    assert s.steps == 3 and s.step_time_mean > 0 and s.step_time_std >= 0
+    for d in range(16):
+        assert math.isclose(s.device_busy[d] + s.device_idle[d], s.run_time, rel_tol=1e-9)
+    assert 0 <= s.bubble_fraction < 1
+    assert s.samples_kept == 3 * 128 and s.samples_per_s > 0 and s.tokens_per_s > 0
+    assert s.balance_max_over_mean >= 1.0
+    assert set(s.phase_time) >= {Phase.ROLLOUT, Phase.GENRM, Phase.TRAIN}
+
+
+def test_gantt_png(tmp_path):
+    out = plot_gantt(_trace(), tmp_path / "g.png")
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_import_is_light():
+    import subprocess
+    import sys
+    code = ("import sys, yatt.sim, yatt.sim.gantt; "
+            "bad=[m for m in ('matplotlib','torch','ray','vllm','megatron') if m in sys.modules]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
