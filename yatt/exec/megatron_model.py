@@ -1,0 +1,88 @@
+"""Build a Megatron-Core GPTModel that mirrors an HF Qwen2/Llama checkpoint.
+
+Why: the trainer and the conversion tests need the same model construction (local layer
+spec, RMSNorm, SwiGLU, GQA, rotary with the checkpoint's rope theta, qkv bias, tied
+embeddings, fp32, no dropout). `HfMeta` carries the few architecture facts that live in
+the checkpoint's config.json rather than in our `ModelSpec`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from yatt.core.errors import InputError
+from yatt.core.specs import ModelSpec
+
+from .hf_model import Arch
+
+
+@dataclass(frozen=True)
+class HfMeta:
+    """Architecture facts read from an HF config.json."""
+
+    arch: Arch
+    rope_theta: float
+    rms_eps: float
+
+    @classmethod
+    def read(cls, hf_path: str | Path) -> "HfMeta":
+        cfg = json.loads((Path(hf_path) / "config.json").read_text())
+        mt = cfg.get("model_type")
+        if mt not in (a.value for a in Arch):
+            raise InputError(f"unsupported HF model_type {mt!r}", field="hf_path")
+        rope = cfg.get("rope_parameters") or {}
+        if rope.get("rope_type", "default") != "default":
+            raise InputError(f"rope scaling {rope.get('rope_type')!r} not supported", field="hf_path")
+        theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
+        return cls(Arch(mt), float(theta), float(cfg.get("rms_norm_eps", 1e-6)))
+
+
+def check_spec_matches(spec: ModelSpec, hf_path: str | Path) -> None:
+    """Raise InputError if the checkpoint's shape disagrees with spec."""
+    cfg = json.loads((Path(hf_path) / "config.json").read_text())
+    pairs = {"layers": "num_hidden_layers", "hidden": "hidden_size",
+             "intermediate": "intermediate_size", "heads": "num_attention_heads",
+             "kv_heads": "num_key_value_heads", "vocab": "vocab_size",
+             "tied_embeddings": "tie_word_embeddings"}
+    for ours, theirs in pairs.items():
+        if cfg.get(theirs) != getattr(spec, ours):
+            raise InputError(f"{hf_path}: {theirs}={cfg.get(theirs)} but spec {ours}="
+                             f"{getattr(spec, ours)}", field=ours)
+
+
+def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int):
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    if spec.kv_heads % tp or spec.heads % tp:
+        raise InputError(f"TP={tp} must divide heads ({spec.heads}) and kv_heads "
+                         f"({spec.kv_heads}) for Megatron", field="tp")
+    if spec.vocab % tp:
+        raise InputError(f"TP={tp} must divide vocab ({spec.vocab})", field="tp")
+    return TransformerConfig(
+        num_layers=spec.layers, hidden_size=spec.hidden, ffn_hidden_size=spec.intermediate,
+        num_attention_heads=spec.heads, num_query_groups=spec.kv_heads, kv_channels=spec.dim_head,
+        normalization="RMSNorm", layernorm_epsilon=meta.rms_eps, gated_linear_unit=True,
+        activation_func=torch.nn.functional.silu, add_bias_linear=False,
+        add_qkv_bias=meta.arch is Arch.QWEN2, hidden_dropout=0.0, attention_dropout=0.0,
+        tensor_model_parallel_size=tp, params_dtype=torch.float32, use_cpu_initialization=True,
+        bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
+        apply_rope_fusion=False, gradient_accumulation_fusion=False,
+        cross_entropy_loss_fusion=False, persist_layer_norm=False,
+    )
+
+
+def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu"):
+    """A GPTModel for spec (model-parallel state must already be initialised)."""
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    cfg = transformer_config(spec, meta, tp)
+    theta = meta.rope_theta
+    model = GPTModel(
+        config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        vocab_size=spec.vocab, max_sequence_length=4096, parallel_output=True,
+        share_embeddings_and_output_weights=spec.tied_embeddings,
+        position_embedding_type="rope", rotary_base=int(theta) if theta.is_integer() else theta,
+    )
+    return model.to(device)

@@ -1,0 +1,262 @@
+"""MegatronTrainer: one rank of the actor's Megatron-Core training (GRPO/PPO-clip).
+
+Why: the executor trains the actor with real Megatron-Core (TP x DP over gloo on CPU,
+NCCL on GPU) and must hand HF-named weights back to vLLM after each step. One instance
+runs per rank and owns its process group, so Ray actors (or plain processes) can wrap it.
+
+Data contract: every rank receives its DP rank's `TrainBatch`; the TP ranks of one DP
+group must receive the *same* batch (they compute one model together). All public
+methods are collectives: every rank must call them in the same order.
+The loss is a token mean over *all* DP ranks' response tokens.
+"""
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence
+
+import torch
+
+from yatt.core.errors import InputError
+from yatt.core.specs import ModelSpec
+
+from . import megatron_shim
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """One DP rank's share of a step."""
+
+    input_ids: tuple[tuple[int, ...], ...]            # prompt + response tokens per sequence
+    prompt_lens: tuple[int, ...]                      # loss only on response tokens
+    advantages: tuple[float, ...]                     # one per sequence (GRPO)
+    old_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # behaviour policy, per response token
+    ref_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # reference policy, per response token
+
+    def __post_init__(self) -> None:
+        n = len(self.input_ids)
+        if len(self.prompt_lens) != n or len(self.advantages) != n:
+            raise InputError("input_ids, prompt_lens and advantages must have equal length")
+        for name in ("old_logprobs", "ref_logprobs"):
+            lp = getattr(self, name)
+            if lp is None:
+                continue
+            if len(lp) != n or any(len(x) != len(ids) - p
+                                   for x, ids, p in zip(lp, self.input_ids, self.prompt_lens)):
+                raise InputError(f"{name} must hold one value per response token", field=name)
+        if any(not 1 <= p < len(ids) for p, ids in zip(self.prompt_lens, self.input_ids)):
+            raise InputError("each sequence needs 1 <= prompt_len < len(input_ids)", field="prompt_lens")
+
+
+def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[int]]:
+    """Consecutive index groups whose padded size (count x longest) fits the token budget."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if cur and (len(cur) + 1) * max(longest, n) > micro_batch_tokens:
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+class MegatronTrainer:
+    """One rank of actor training. See module docstring for the collective contract."""
+
+    def __init__(self, spec: ModelSpec, hf_path: str, *, tp: int, dp: int, rank: int,
+                 master_addr: str, master_port: int, lr: float, seed: int = 0,
+                 distributed_optimizer: bool = False, kl_coef: float = 0.0,
+                 entropy_coef: float = 0.0, clip_eps: float = 0.2,
+                 micro_batch_tokens: int = 4096, device: str = "cpu",
+                 clip_grad: float = 1.0, pad_id: int = 0) -> None:
+        from megatron.core import parallel_state as ps
+        from megatron.core import tensor_parallel
+
+        from .hf_convert import load_into_megatron
+        from .megatron_model import HfMeta, build_gpt_model, check_spec_matches
+
+        if device == "cpu":
+            torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+        megatron_shim.install(device)
+        self.spec, self.tp, self.dp, self.rank = spec, tp, dp, rank
+        self.kl_coef, self.entropy_coef, self.clip_eps = kl_coef, entropy_coef, clip_eps
+        self.micro_batch_tokens, self.pad_id = micro_batch_tokens, pad_id
+        self.device = torch.device(device)
+        if device.startswith("cuda"):
+            torch.cuda.set_device(rank % torch.cuda.device_count())
+            self.device = torch.device("cuda", torch.cuda.current_device())
+        check_spec_matches(spec, hf_path)
+        self.meta = HfMeta.read(hf_path)
+        if not torch.distributed.is_initialized():
+            torch.distributed.init_process_group(
+                "nccl" if device.startswith("cuda") else "gloo",
+                init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=tp * dp)
+        ps.initialize_model_parallel(tp, 1)
+        tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
+        self.tp_rank = ps.get_tensor_model_parallel_rank()
+        model = build_gpt_model(spec, self.meta, tp, device=str(self.device))
+        load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank)
+        self.model = model
+        self.ddp, self.optimizer = self._wrap(model, lr, distributed_optimizer, clip_grad)
+        self.steps = 0
+
+    def _wrap(self, model, lr: float, distributed_optimizer: bool, clip_grad: float):
+        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+        ddp_cfg = DistributedDataParallelConfig(
+            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+            use_distributed_optimizer=distributed_optimizer)
+        ddp = DistributedDataParallel(model.config, ddp_cfg, model)
+        opt_cfg = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=clip_grad,
+                                  bf16=False, fp16=False, params_dtype=torch.float32,
+                                  use_distributed_optimizer=distributed_optimizer)
+        return ddp, get_megatron_optimizer(opt_cfg, [ddp])
+
+    # ---------------------------------------------------------------- forward helpers
+    def _pack(self, seqs: Sequence[Sequence[int]]):
+        """Right-padded ids, labels (next token) and positions for one micro-batch."""
+        n, s = len(seqs), max(len(x) for x in seqs)
+        ids = torch.full((n, s), self.pad_id, dtype=torch.long)
+        for i, x in enumerate(seqs):
+            ids[i, :len(x)] = torch.tensor(x, dtype=torch.long)
+        labels = torch.roll(ids, -1, dims=1)
+        labels[:, -1] = self.pad_id
+        pos = torch.arange(s).unsqueeze(0).expand(n, s)
+        d = self.device
+        return ids.to(d), labels.to(d), pos.to(d)
+
+    def _response_mask(self, seqs, prompt_lens, s: int) -> torch.Tensor:
+        """mask[i, t] = 1 where position t predicts a response token of sequence i."""
+        mask = torch.zeros(len(seqs), s)
+        for i, (x, p) in enumerate(zip(seqs, prompt_lens)):
+            mask[i, p - 1:len(x) - 1] = 1.0
+        return mask.to(self.device)
+
+    def _per_token(self, rows: Sequence[Sequence[float]], prompt_lens, seqs, s: int) -> torch.Tensor:
+        out = torch.zeros(len(seqs), s)
+        for i, (r, p) in enumerate(zip(rows, prompt_lens)):
+            out[i, p - 1:p - 1 + len(r)] = torch.tensor(r, dtype=torch.float32)
+        return out.to(self.device)
+
+    def _logits(self, ids, pos):
+        return self.ddp(ids, pos, None)  # causal mask built inside; [b, s, v/tp]
+
+    # ---------------------------------------------------------------- public API
+    @torch.no_grad()
+    def logprobs(self, input_ids: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[list[float]]:
+        """log p of each response token under the current weights (collective over TP)."""
+        from .megatron_loss import token_logprobs
+        self.ddp.eval()
+        out: list[list[float]] = [[] for _ in input_ids]
+        for group in micro_batches([len(x) for x in input_ids], self.micro_batch_tokens):
+            seqs = [input_ids[i] for i in group]
+            ids, labels, pos = self._pack(seqs)
+            lp = token_logprobs(self._logits(ids, pos), labels).cpu()
+            for j, i in enumerate(group):
+                p, n = prompt_lens[i], len(input_ids[i])
+                out[i] = lp[j, p - 1:n - 1].tolist()
+        return out
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer step on this rank's batch; returns global (all-DP) metrics."""
+        from megatron.core import parallel_state as ps
+
+        from .megatron_loss import k3_kl, ppo_token_loss, token_entropy, token_logprobs
+        t0 = time.perf_counter()
+        self.ddp.train()
+        self.ddp.zero_grad_buffer()
+        self.optimizer.zero_grad()
+        n_local = float(sum(len(x) - p for x, p in zip(batch.input_ids, batch.prompt_lens)))
+        dp_group = ps.get_data_parallel_group()
+        tot_d = torch.tensor([n_local], device=self.device)
+        torch.distributed.all_reduce(tot_d, group=dp_group)
+        n_global = float(tot_d.item())
+        # sums over local tokens: loss, kl, entropy, bad (non-finite loss)
+        sums = torch.zeros(4, device=self.device)
+        for group in micro_batches([len(x) for x in batch.input_ids], self.micro_batch_tokens):
+            seqs = [batch.input_ids[i] for i in group]
+            plens = [batch.prompt_lens[i] for i in group]
+            ids, labels, pos = self._pack(seqs)
+            s = ids.shape[1]
+            mask = self._response_mask(seqs, plens, s)
+            logits = self._logits(ids, pos)
+            logp = token_logprobs(logits, labels)
+            old = (self._per_token([batch.old_logprobs[i] for i in group], plens, seqs, s)
+                   if batch.old_logprobs is not None else logp.detach())
+            adv = torch.tensor([batch.advantages[i] for i in group], device=self.device)[:, None]
+            tok_loss = ppo_token_loss(logp, old, adv, self.clip_eps)
+            kl = torch.zeros_like(logp)
+            if batch.ref_logprobs is not None:
+                ref = self._per_token([batch.ref_logprobs[i] for i in group], plens, seqs, s)
+                kl = k3_kl(logp, ref)
+                tok_loss = tok_loss + self.kl_coef * kl
+            if self.entropy_coef:
+                ent = token_entropy(logits)
+                tok_loss = tok_loss - self.entropy_coef * ent
+            else:
+                with torch.no_grad():
+                    ent = token_entropy(logits.detach())
+            loss_sum = (tok_loss * mask).sum()
+            # DDP averages grads over DP; * dp turns that into a sum of per-rank token sums.
+            (loss_sum * (self.dp / n_global)).backward()
+            with torch.no_grad():
+                sums += torch.stack([loss_sum.detach(), (kl * mask).sum(), (ent * mask).sum(),
+                                     (~torch.isfinite(loss_sum.detach())).float()])
+        self.ddp.finish_grad_sync()
+        torch.distributed.all_reduce(sums, group=dp_group)
+        bad = torch.tensor([float(sums[3] > 0) + float(not self._grads_finite())], device=self.device)
+        torch.distributed.all_reduce(bad)  # whole world: TP peers and DP peers agree
+        metrics = {"loss": sums[0].item() / n_global, "kl": sums[1].item() / n_global,
+                   "entropy": sums[2].item() / n_global, "tokens": n_global}
+        if bad.item() > 0:
+            self.optimizer.zero_grad()
+            metrics.update(grad_norm=float("nan"), skipped=1.0)
+        else:
+            ok, grad_norm, _ = self.optimizer.step()
+            metrics.update(grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
+                           skipped=0.0 if ok else 1.0)
+            self.steps += int(ok)
+        metrics["step_time_s"] = time.perf_counter() - t0
+        return metrics
+
+    def _grads_finite(self) -> bool:
+        for buf in self.ddp.buffers:
+            if not torch.isfinite(buf.grad_data).all():
+                return False
+        return True
+
+    def hf_state_dict(self) -> dict[str, torch.Tensor]:
+        """Full HF-named fp32 CPU weights, gathered over TP. Collective; every rank returns them."""
+        from megatron.core import parallel_state as ps
+
+        from .hf_convert import megatron_to_hf, unshard
+        local = {n: p.detach() for n, p in self.model.named_parameters()}
+        if self.tp > 1:
+            group = ps.get_tensor_model_parallel_group()
+            parts: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp)]
+            for n, t in local.items():
+                bufs = [torch.empty_like(t) for _ in range(self.tp)]
+                torch.distributed.all_gather(bufs, t.contiguous(), group=group)
+                for r in range(self.tp):
+                    parts[r][n] = bufs[r]
+            full = unshard(parts)
+        else:
+            full = local
+        return {k: v.cpu().clone() for k, v in megatron_to_hf(full, self.spec, self.meta.arch).items()}
+
+    def param_checksum(self) -> float:
+        """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
+        return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
+
+    def shutdown(self) -> None:
+        """Tear down model-parallel state and the process group (idempotent)."""
+        from megatron.core import parallel_state as ps
+        ps.destroy_model_parallel()
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
