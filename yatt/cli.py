@@ -43,6 +43,7 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="rows in the ranked table (default: 5)")
     p.add_argument("--gpus", default=None, help="comma-separated cluster sizes for a scaling curve")
     p.add_argument("--profile", default=None, help="profile.yaml from `yatt profile`/`yatt calibrate`")
+    p.add_argument("--breakdown", action="store_true", help="also print per-role memory and unit costs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=cmd_plan)
 

@@ -1,20 +1,29 @@
-"""`yatt plan`: load an experiment, price it, and print/write the recommendation.
+"""`yatt plan`: search placements, print the ranked, explained table, write plan files.
 
-Why: kept apart from cli.py so the argument wiring stays small and the rendering (rich
-tables, file outputs) has one home.
+Why: kept apart from cli.py so argument wiring stays small and rendering (rich tables,
+progress, output files) has one home. Everything that can fail on input fails before
+anything is written.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import time
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from yatt.core.config import load_experiment
+from yatt.core.config import dump_yaml, load_experiment
 from yatt.core.errors import InputError
-from yatt.planner.breakdown import infeasibility, role_facts
-from yatt.planner.costmodel import AnalyticCostModel
+from yatt.core.plan import Experiment
+from yatt.core.roles import Mode, Role
+from yatt.planner.breakdown import role_facts
+from yatt.planner.costmodel import AnalyticCostModel, Efficiency
+from yatt.planner.explain import dp_text, peak_memory, why_winner
+from yatt.planner.search import SearchResult, search
 
 
 def _gb(x: float) -> str:
@@ -33,14 +42,9 @@ def _secs(x: float) -> str:
     return f"{x:.2f} s"
 
 
-def print_breakdown(console: Console, exp, cost) -> list[str]:
+def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) -> None:
+    """Memory per role at its smallest fitting TP, and unit costs."""
     facts = role_facts(exp, cost)
-    c = exp.cluster
-    console.print(f"[bold]{exp.name}[/]: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
-                  f"{c.gpus_per_node}); actor {exp.actor.name}"
-                  + (f", GenRM {exp.genrm.name}" if exp.genrm else ", rule reward")
-                  + f"; {exp.workload.prompts_per_step} prompts x {exp.workload.samples_per_prompt}"
-                  " samples per step")
     t = Table(title="Memory per device (GB) at the smallest TP that fits", title_justify="left")
     for col in ("role", "model", "params", "min TP", "weights", "grads", "optim",
                 "activ.", "min KV", "total/cap GB", "KV tok/engine"):
@@ -63,7 +67,168 @@ def print_breakdown(console: Console, exp, cost) -> list[str]:
         for label, secs in f.unit_costs:
             u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
     console.print(u)
-    return infeasibility(exp, facts)
+
+
+def _header(exp: Experiment) -> str:
+    c = exp.cluster
+    return (f"[bold]{exp.name}[/]: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
+            f"{c.gpus_per_node}); actor {exp.actor.name}"
+            + (f", GenRM {exp.genrm.name}" if exp.genrm else ", rule reward")
+            + f"; {exp.workload.prompts_per_step} prompts x {exp.workload.samples_per_prompt}"
+            " samples per step")
+
+
+def ranked_table(result: SearchResult, top: int) -> Table:
+    t = Table(title=f"Top placements (simulated, mean ± spread over {len(result.best.step_times)} seeds)",
+              title_justify="left")
+    for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
+                "util%", "bubble%", "peak/cap GB"):
+        t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
+    rows = list(enumerate(result.ranked, 1))[:top]
+    for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
+        if not any(c.plan.mode is mode for _, c in rows):
+            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    for i, c in rows:
+        st = c.stats
+        peak, cap = peak_memory(c.plan)
+        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
+                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
+                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
+                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
+                  f"{_gb(peak)}/{_gb(cap)}")
+    return t
+
+
+def explanation(result: SearchResult) -> str:
+    best = result.best
+    other_mode = Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL
+    other = result.best_of(other_mode)
+    lines = []
+    if other is not None:
+        lines.append(why_winner(best, other, best.trace, other.trace,
+                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+    for r in result.split_reports:
+        how = {"local": "hill-climb from the previous optimum",
+               "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
+               "ternary": "ternary search; unimodal on the coarse grid",
+               "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
+        lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
+                     f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
+                 f"in {result.seconds:.1f} s")
+    return "\n".join(lines)
+
+
+def _efficiency(path: Optional[str]) -> Efficiency:
+    if not path:
+        return Efficiency()
+    from yatt.planner.profile_io import load_profile
+
+    return load_profile(path).efficiency
+
+
+def _parse_gpus(text: Optional[str], exp: Experiment) -> list[int]:
+    if not text:
+        return []
+    out = []
+    for part in text.split(","):
+        try:
+            g = int(part)
+        except ValueError:
+            raise InputError(f"got {part!r}; allowed: comma-separated integers", field="--gpus") from None
+        per = exp.cluster.gpus_per_node
+        if g < 1 or (g > per and g % per) or (g < per and per % g):
+            raise InputError(f"got {g}; allowed: a multiple of {per} GPUs per node (or a divisor "
+                             f"of it)", field="--gpus")
+        out.append(g)
+    return out
+
+
+def resize(exp: Experiment, gpus: int) -> Experiment:
+    per = exp.cluster.gpus_per_node
+    cluster = (dataclasses.replace(exp.cluster, nodes=gpus // per) if gpus >= per
+               else dataclasses.replace(exp.cluster, nodes=1, gpus_per_node=gpus))
+    return dataclasses.replace(exp, cluster=cluster)
+
+
+class _LazyProgress:
+    """A progress display that appears only once the work has run for `after` seconds."""
+
+    def __init__(self, console: Console, label: str, enabled: bool, after: float = 1.5) -> None:
+        self.console, self.label, self.enabled, self.after = console, label, enabled, after
+        self.t0 = time.perf_counter()
+        self.progress: Optional[Progress] = None
+        self.task = None
+
+    def __call__(self, n: int, what: str) -> None:
+        if not self.enabled:
+            return
+        if self.progress is None:
+            if time.perf_counter() - self.t0 < self.after:
+                return
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed} simulations"), TimeElapsedColumn(),
+                                     console=self.console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=None)
+        self.progress.update(self.task, completed=n, description=f"{self.label}: {what}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def _search(console: Console, exp: Experiment, cost, top: int, quiet: bool, label: str) -> SearchResult:
+    prog = _LazyProgress(console, label, enabled=not quiet)
+    try:
+        return search(exp, cost, top=top, progress=prog)
+    finally:
+        prog.close()
+
+
+def write_outputs(out: Path, result: SearchResult) -> list[Path]:
+    from yatt.core.timeline import write_chrome_trace
+    from yatt.sim.gantt import plot_gantt
+
+    out.mkdir(parents=True, exist_ok=True)
+    best = result.best
+    paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
+    dump_yaml(best.plan, paths[0])
+    write_chrome_trace(best.trace, paths[1])
+    plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
+    with open(paths[3], "w") as f:
+        f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
+        for i, c in enumerate(result.ranked, 1):
+            f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
+                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+    return paths
+
+
+def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    csv, png = out / "scaling.csv", out / "scaling.png"
+    with open(csv, "w") as f:
+        f.write("gpus,mode,step_s,samples_per_s\n")
+        for g, mode, st, sps in rows:
+            f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in sorted({r[1] for r in rows}):
+        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("samples / s (simulated)")
+    ax.set_title("Throughput vs cluster size, best placement per mode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return [csv, png]
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
@@ -71,9 +236,37 @@ def run_plan_command(args: argparse.Namespace) -> int:
 
     config = Path(args.config) if args.config else _default_config()
     exp = load_experiment(config)
-    cost = AnalyticCostModel.for_experiment(exp)
-    console = Console(width=max(Console().width, 120))
-    why = print_breakdown(console, exp, cost)
-    if why:
-        raise InputError("cannot place this experiment: " + "; ".join(why), file=str(config))
+    if args.top < 1:
+        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    eff = _efficiency(args.profile)
+    sizes = _parse_gpus(args.gpus, exp)
+    cost = AnalyticCostModel.for_experiment(exp, eff)
+    console = Console(width=max(Console().width, 140))
+    console.print(_header(exp))
+    if args.breakdown:
+        print_breakdown(console, exp, cost)
+    try:
+        result = _search(console, exp, cost, args.top, args.no_progress, "searching placements")
+    except InputError as e:
+        raise e.within(file=str(config)) from None
+    console.print(ranked_table(result, args.top))
+    console.print(explanation(result))
+    out = Path(args.out)
+    paths = write_outputs(out, result)
+    if sizes:
+        rows = []
+        for g in sizes:
+            sub = resize(exp, g)
+            try:
+                r = _search(console, sub, AnalyticCostModel.for_experiment(sub, eff), 1,
+                            args.no_progress, f"{g} GPUs")
+            except InputError as e:
+                console.print(f"[yellow]{g} GPUs: {e.message}[/]")
+                continue
+            for mode in (Mode.COLOCATE, Mode.PARTIAL):
+                c = r.best_of(mode)
+                if c is not None:
+                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
+        paths += write_scaling(out, rows)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -80,18 +80,3 @@ def role_facts(exp: Experiment, cost: AnalyticCostModel) -> list[RoleFacts]:
     out.append(RoleFacts(Role.TRAINER, exp.actor.name, exp.actor.params / 1e9,
                          exp.actor.weight_bytes / 1e9, tp, mem, 0, tuple(units)))
     return out
-
-
-def infeasibility(exp: Experiment, facts: list[RoleFacts]) -> list[str]:
-    """Plain reasons the experiment cannot run anywhere on its cluster (empty if it can)."""
-    gpu = exp.cluster.gpu
-    why = []
-    for f in facts:
-        if f.min_tp is None:
-            choices = ", ".join(str(t) for t in exp.search.tp_choices)
-            why.append(f"{f.model} ({f.role.value}) fits at none of TP={{{choices}}} on {gpu.name} "
-                       f"(weights {f.weights_gb:.0f} GB, {gpu.hbm_gb:.0f} GB per device)")
-        elif f.min_tp > exp.cluster.gpus_per_node:
-            why.append(f"{f.model} ({f.role.value}) needs TP >= {f.min_tp} but a node has "
-                       f"{exp.cluster.gpus_per_node} devices")
-    return why

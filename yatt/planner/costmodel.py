@@ -90,6 +90,7 @@ class AnalyticCostModel:
         self.eff = eff or Efficiency()
         self.recompute = recompute
         self.micro_batch_tokens = micro_batch_tokens
+        self._decode_cache: dict[tuple[ModelSpec, int], tuple[float, ...]] = {}
 
     @classmethod
     def for_experiment(cls, exp: Experiment, eff: Efficiency | None = None) -> "AnalyticCostModel":
@@ -172,17 +173,27 @@ class AnalyticCostModel:
         comm = self._allreduce(2 * tokens * model.hidden * 2 * model.layers, tp, calls=2 * model.layers)
         return flops / (tp * self._peak() * self.eff.prefill_mfu) + comm
 
+    def _decode_unit(self, model: ModelSpec, tp: int) -> tuple[float, float, float, float, float, float]:
+        """Batch-independent decode coefficients, cached per (model, tp): the simulator asks
+        for decode times tens of thousands of times per run."""
+        key = (model, tp)
+        hit = self._decode_cache.get(key)
+        if hit is not None:
+            return hit
+        peak = tp * self._peak() * self.eff.decode_mfu
+        bw = self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff
+        per_seq_comm = self._allreduce(2 * model.hidden * 2 * model.layers, tp, calls=0)
+        fixed0 = self._allreduce(0.0, tp, calls=2 * model.layers) + self.eff.decode_step_overhead_s
+        unit = (2.0 * self.compute_params(model) / peak, 4.0 * model.layers * model.hidden / peak,
+                memory.engine_weight_bytes(model, tp) / bw,
+                memory.kv_bytes_per_token_per_device(model, tp) / bw, per_seq_comm, fixed0)
+        self._decode_cache[key] = unit
+        return unit
+
     def _decode_coeffs(self, model: ModelSpec, tp: int, batch: int) -> tuple[float, float, float, float, float]:
         """Per-step compute = ac + bc*ctx_sum; memory = am + bm*ctx_sum; fixed = comm+overhead."""
-        peak = tp * self._peak() * self.eff.decode_mfu
-        ac = 2.0 * self.compute_params(model) * batch / peak
-        bc = 4.0 * model.layers * model.hidden / peak
-        bw = self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff
-        am = memory.engine_weight_bytes(model, tp) / bw
-        bm = memory.kv_bytes_per_token_per_device(model, tp) / bw
-        fixed = self._allreduce(2 * batch * model.hidden * 2 * model.layers, tp,
-                                calls=2 * model.layers) + self.eff.decode_step_overhead_s
-        return ac, bc, am, bm, fixed
+        ac1, bc, am, bm, comm1, fixed0 = self._decode_unit(model, tp)
+        return ac1 * batch, bc, am, bm, comm1 * batch + fixed0
 
     def decode_step_time(self, model: ModelSpec, tp: int, batch: int, mean_ctx: float) -> float:
         if batch <= 0:

@@ -1,0 +1,118 @@
+"""The placement space: which TP sizes and partial-colocate splits are legal and fit.
+
+Why: the search should simulate only placements that can run. This module enumerates
+them from the experiment, prunes with the memory model, and says in plain words why a
+role fits nowhere ("Qwen2.5-Math-72B GenRM needs TP >= 4 on A100-80G (weights 145 GB)").
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from yatt.core.plan import Experiment, Parallel
+from yatt.core.roles import ReleasePolicy, Role
+from yatt.core.specs import ModelSpec
+
+from . import memory
+
+
+@dataclass(frozen=True)
+class Space:
+    rollout_tps: tuple[int, ...]
+    genrm_tps: tuple[int, ...]      # empty when the reward is rule-based
+    trainer_tps: tuple[int, ...]
+    problems: tuple[str, ...]       # why some role fits nowhere (empty = feasible)
+    notes: tuple[str, ...]          # pruned options worth telling the user about
+
+
+def _max_seq(exp: Experiment) -> int:
+    w = exp.workload
+    return w.prompt_len.upper() + w.response_len.upper()
+
+
+def _genrm_seq(exp: Experiment) -> int:
+    w = exp.workload
+    return _max_seq(exp) + w.genrm_template_tokens + w.genrm_output_len.upper()
+
+
+def _legal_tp(model: ModelSpec, tp: int, exp: Experiment) -> bool:
+    c = exp.cluster
+    return (model.check_tp(tp) is None and tp <= c.gpus_per_node and c.gpus_per_node % tp == 0
+            and c.num_gpus % tp == 0)
+
+
+def _engine_tps(exp: Experiment, model: ModelSpec, role: Role, min_kv: int,
+                choices: tuple[int, ...]) -> tuple[tuple[int, ...], list[str]]:
+    gpu = exp.cluster.gpu
+    ok, notes = [], []
+    for tp in choices:
+        if not _legal_tp(model, tp, exp):
+            continue
+        mb = memory.engine_memory(model, tp, role, exp.engine, gpu, min_kv)
+        if mb.fits():
+            ok.append(tp)
+        else:
+            notes.append(f"{model.name} {role.value} at TP={tp}: needs {mb.total / 1e9:.0f} GB of "
+                         f"{mb.capacity / 1e9:.0f} GB usable")
+    return tuple(ok), notes
+
+
+def _trainer_fits(exp: Experiment, tp: int) -> memory.MemoryBreakdown:
+    g = exp.cluster.num_gpus
+    return memory.trainer_memory(exp.actor, Parallel(tp, 1, g // tp), exp.algo, exp.cluster.gpu)
+
+
+def placement_space(exp: Experiment) -> Space:
+    choices = tuple(sorted(set(exp.search.tp_choices)))
+    gpu = exp.cluster.gpu
+    problems: list[str] = []
+    notes: list[str] = []
+    r_tps, n = _engine_tps(exp, exp.actor, Role.ROLLOUT, _max_seq(exp), choices)
+    notes += n
+    if not r_tps:
+        problems.append(_no_fit(exp.actor, "rollout", gpu.name, gpu.hbm_gb, choices, exp))
+    g_tps: tuple[int, ...] = ()
+    if exp.genrm is not None:
+        g_tps, n = _engine_tps(exp, exp.genrm, Role.GENRM, _genrm_seq(exp), choices)
+        notes += n
+        if not g_tps:
+            problems.append(_no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, choices, exp))
+    t_tps = []
+    for tp in choices:
+        if not _legal_tp(exp.actor, tp, exp):
+            continue
+        mb = _trainer_fits(exp, tp)
+        if mb.fits():
+            t_tps.append(tp)
+        else:
+            notes.append(f"{exp.actor.name} trainer at TP={tp}: needs {mb.total / 1e9:.0f} GB of "
+                         f"{mb.capacity / 1e9:.0f} GB")
+    if not t_tps:
+        problems.append(f"{exp.actor.name} training state does not fit at any TP in "
+                        f"{list(choices)} on {exp.cluster.num_gpus} x {gpu.name}")
+    if exp.search.release is ReleasePolicy.RESIDENT:
+        notes.append("release: resident keeps every role in memory at once; memory is checked per role only")
+    return Space(r_tps, g_tps, tuple(t_tps), tuple(problems), tuple(notes))
+
+
+def _no_fit(model: ModelSpec, what: str, gpu: str, hbm: float, choices: tuple[int, ...],
+            exp: Experiment) -> str:
+    wgb = model.weight_bytes / 1e9
+    need = math.ceil(wgb / (hbm * exp.engine.gpu_memory_utilization))
+    tp = 1
+    while tp < need:
+        tp *= 2
+    legal = [t for t in choices if _legal_tp(model, t, exp)]
+    return (f"{model.name} {what} needs TP >= {tp} on {gpu} (weights {wgb:.0f} GB, "
+            f"{hbm:.0f} GB per device); legal TP here: {legal or 'none'}")
+
+
+def partial_splits(exp: Experiment, rollout_tp: int, genrm_tp: int) -> list[int]:
+    """Legal rollout device counts r for partial colocate (GenRM gets the other G - r).
+
+    r is a multiple of both TPs (whole engines, and every TP group inside a node since
+    TP sizes divide the node size), with at least one engine on each side.
+    """
+    g = exp.cluster.num_gpus
+    step = math.lcm(rollout_tp, genrm_tp)
+    return [r for r in range(step, g, step) if (g - r) % genrm_tp == 0]
