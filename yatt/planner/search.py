@@ -21,13 +21,13 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
 from yatt.core.costmodel import CostModel
-from yatt.core.trace import Trace
+from yatt.core.trace import SampleRecord, Trace
 from yatt.sim.metrics import StepStats, summarize
 from yatt.sim.plans import make_plan
 from yatt.sim.simulate import simulate
@@ -94,8 +94,14 @@ class _Evaluator:
     exp: Experiment
     cost: CostModel
     progress: Optional[Progress] = None
+    recorded: Optional[Sequence[SampleRecord]] = None
     cache: dict[Key, Candidate] = field(default_factory=dict)
     sims: int = 0
+
+    @property
+    def steps(self) -> int:
+        """One step, or every recorded step when replaying a trace."""
+        return len({s.step for s in self.recorded}) if self.recorded else 1
 
     def plan(self, key: Key) -> Plan:
         mode, r, rtp, gtp, ttp = key
@@ -105,7 +111,8 @@ class _Evaluator:
     def __call__(self, key: Key) -> float:
         if key not in self.cache:
             plan = self.plan(key)
-            trace = simulate(plan, self.exp.workload, self.cost, seed=0, steps=1)
+            trace = simulate(plan, self.exp.workload, self.cost, seed=0, steps=self.steps,
+                             recorded=self.recorded)
             self.sims += 1
             stats = summarize(trace)
             self.cache[key] = Candidate(key, plan, (stats.step_time_mean,), stats, trace)
@@ -116,7 +123,8 @@ class _Evaluator:
     def reseed(self, cand: Candidate, seeds: int) -> Candidate:
         times = list(cand.step_times)
         for s in range(len(times), seeds):
-            tr = simulate(cand.plan, self.exp.workload, self.cost, seed=s, steps=1)
+            tr = simulate(cand.plan, self.exp.workload, self.cost, seed=s, steps=self.steps,
+                          recorded=self.recorded)
             self.sims += 1
             times.append(summarize(tr).step_time_mean)
             if self.progress:
@@ -225,13 +233,17 @@ def local_split(f: Callable[[int], float], splits: list[int], frac: float) -> tu
 
 
 def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[int] = None,
-           exhaustive: bool = False, progress: Optional[Progress] = None) -> SearchResult:
-    """Rank feasible placements of `exp` by simulated step time."""
+           exhaustive: bool = False, progress: Optional[Progress] = None,
+           recorded: Optional[Sequence[SampleRecord]] = None) -> SearchResult:
+    """Rank feasible placements of `exp` by simulated step time.
+
+    recorded: replay these samples' lengths (from a trace) instead of sampling the
+    workload; every recorded step is simulated and the mean step time ranks."""
     t0 = time.perf_counter()
     space = placement_space(exp)
     if space.problems:
         raise InputError("cannot place this experiment: " + "; ".join(space.problems))
-    ev = _Evaluator(exp, cost, progress)
+    ev = _Evaluator(exp, cost, progress, recorded)
     has_genrm = exp.genrm is not None and bool(space.genrm_tps)
     gtps = space.genrm_tps if has_genrm else (1,)
     modes = exp.search.modes
