@@ -93,6 +93,16 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank()}
     if opts.get("save_hf"):
         res["hf"] = tr.hf_state_dict()
+    if opts.get("nan_step"):
+        bad = dc.replace(batch, advantages=(float("nan"),) * len(batch.advantages))
+        res["nan_metrics"] = tr.train_step(bad)
+        res["checksum_after_nan"] = tr.param_checksum()
+    if opts.get("ckpt_dir"):
+        tr.save_checkpoint(opts["ckpt_dir"])
+        res["ckpt_hf"] = tr.hf_state_dict()
+    if opts.get("load_ckpt"):
+        tr.load_checkpoint(opts["load_ckpt"])
+        res["loaded_hf"] = tr.hf_state_dict()
     tr.shutdown()
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
 
@@ -102,5 +112,64 @@ def spawn_trainers(opts: dict, out_dir) -> list[dict]:
     import torch
     import torch.multiprocessing as mp
     world = opts["tp"] * opts["dp"]
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
     mp.spawn(run_trainer, args=(world, free_port(), opts, str(out_dir)), nprocs=world, join=True)
     return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
+
+
+def run_logits(rank: int, world: int, port: int, opts: dict, out_dir: str) -> None:
+    """Megatron logits (gathered over TP) for both archs on fixed ids; rank 0 saves them."""
+    import torch
+    torch.set_num_threads(1)
+    from yatt.exec import megatron_shim
+    megatron_shim.install()
+    from megatron.core import parallel_state as ps
+    from megatron.core import tensor_parallel
+
+    from yatt.exec.hf_convert import load_into_megatron
+    from yatt.exec.megatron_model import HfMeta, build_gpt_model
+    tp = world
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=world)
+    ps.initialize_model_parallel(tp, 1)
+    tensor_parallel.model_parallel_cuda_manual_seed(0, inference_rng_tracker=True)
+    ids = logit_ids()
+    pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
+    out = {}
+    for arch, spec in (("qwen2", load_spec()), ("llama", llama_spec())):
+        path = built_model(spec, arch)
+        meta = HfMeta.read(path)
+        model = build_gpt_model(spec, meta, tp)
+        load_into_megatron(model, path, spec, meta.arch, tp, ps.get_tensor_model_parallel_rank())
+        with torch.no_grad():
+            lg = tensor_parallel.gather_from_tensor_model_parallel_region(model(ids, pos, None))
+        out[arch] = lg
+    ps.destroy_model_parallel()
+    torch.distributed.destroy_process_group()
+    if rank == 0:
+        torch.save(out, os.path.join(out_dir, "logits.pt"))
+
+
+def logit_ids():
+    import torch
+    g = torch.Generator().manual_seed(0)
+    return torch.randint(3, 63, (3, 21), generator=g)
+
+
+def spawn(fn, world: int, opts: dict, out_dir) -> None:
+    import torch.multiprocessing as mp
+    mp.spawn(fn, args=(world, free_port(), opts, str(out_dir)), nprocs=world, join=True)
+
+
+def hf_logprobs(path, input_ids, prompt_lens):
+    """Reference per-response-token log-probs from `transformers` (one sequence at a time)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(path).eval()
+    out = []
+    with torch.no_grad():
+        for ids, p in zip(input_ids, prompt_lens):
+            x = torch.tensor([ids])
+            lp = torch.log_softmax(model(x).logits[0].float(), -1)
+            out.append([lp[t - 1, ids[t]].item() for t in range(p, len(ids))])
+    return out

@@ -254,6 +254,23 @@ class MegatronTrainer:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
+    def save_checkpoint(self, ckpt_dir: str) -> None:
+        """Save model weights with `dist_checkpointing` (collective; resharding-capable).
+
+        Model weights only: optimizer state is not saved (Adam restarts from zero).
+        """
+        from megatron.core import dist_checkpointing
+        os.makedirs(ckpt_dir, exist_ok=True)
+        dist_checkpointing.save(self.model.sharded_state_dict(prefix=""), ckpt_dir)
+
+    def load_checkpoint(self, ckpt_dir: str) -> None:
+        """Load weights saved by `save_checkpoint` (any TP size) into this rank's shard."""
+        from megatron.core import dist_checkpointing
+        sd = dist_checkpointing.load(self.model.sharded_state_dict(prefix=""), ckpt_dir)
+        self.model.load_state_dict(sd, strict=False)
+        if self.optimizer is not None:
+            self.optimizer.reload_model_params()
+
     def shutdown(self) -> None:
         """Tear down model-parallel state and the process group (idempotent)."""
         from megatron.core import parallel_state as ps
