@@ -20,7 +20,7 @@ remainder carries over), then the newcomer joins.
 from __future__ import annotations
 
 from collections import deque
-from heapq import heappop, heappush
+from heapq import heapify, heappop, heappush, heapreplace
 from typing import Callable, Optional, Sequence
 
 import simpy
@@ -44,6 +44,8 @@ class GenEngine:
         self.kv_cap, self.max_seqs = kv_cap, max_seqs
         self.inp, self.out, self.pf = in_tokens, out_tokens, prefill_s
         self.on_done, self.on_admit = on_done, on_admit
+        self.on_drop: Optional[Callable[["GenEngine"], None]] = None  # outstanding went down
+        self.router_index = 0
         self.waiting: deque[int] = deque()
         self.heap: list[tuple[int, int, int]] = []  # (finish step, sample, ctx offset)
         self.S = 0            # decode steps this engine has run
@@ -161,6 +163,8 @@ class GenEngine:
                 self.kv_used -= self.inp[i] + self.out[i]
                 done.append(i)
             self.outstanding -= len(done)
+            if self.on_drop is not None:
+                self.on_drop(self)
             hold = self.on_done(self, done, env.now)
             if hold is not None:
                 yield hold
@@ -177,17 +181,28 @@ class Router:
         self.queued = 0
         self.overflow: deque[int] = deque()
         self.blocked: list[simpy.Event] = []
-        for e in engines:
+        # (outstanding, engine index) entries; an entry is stale once the engine's count moved
+        self.load: list[tuple[int, int]] = [(e.outstanding, k) for k, e in enumerate(engines)]
+        for k, e in enumerate(engines):
             e.on_admit = self._admitted
+            e.on_drop = self._dropped
+            e.router_index = k
+
+    def _dropped(self, e: GenEngine) -> None:
+        heappush(self.load, (e.outstanding, e.router_index))
 
     def _dispatch(self, i: int) -> None:
-        engines = self.engines
-        best = engines[0]
-        for e in engines:
-            if e.outstanding < best.outstanding:
-                best = e
+        """Least-loaded engine (lowest index on ties) from a lazily-updated heap: O(log E)."""
+        engines, load = self.engines, self.load
+        while True:
+            n, k = load[0]
+            if engines[k].outstanding == n:
+                break
+            heappop(load)
+        best = engines[k]
         self.queued += 1
         best.submit(i)
+        heapreplace(load, (best.outstanding, k))
 
     def submit(self, items: Sequence[int]) -> Optional[simpy.Event]:
         cap = self.capacity
@@ -210,6 +225,8 @@ class Router:
         for j, i in enumerate(items):
             self.queued += 1
             engines[(start + j) % n].submit(i)
+        self.load = [(e.outstanding, k) for k, e in enumerate(engines)]
+        heapify(self.load)
 
     def _admitted(self, n: int) -> None:
         self.queued -= n
