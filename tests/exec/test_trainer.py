@@ -65,15 +65,22 @@ def test_hf_state_dict_loads_in_transformers(tp1_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_tp2_matches_tp1(tp1_run, tmp_path):
+def test_tp2_matches_tp1_and_checkpoint_reshards(tp1_run, tmp_path):
+    ckpt = tmp_path / "ckpt"
     res = spawn_trainers({"tp": 2, "dp": 1, "steps": 4, "lr": 3e-4, "save_hf": True,
-                          "nan_step": True, "micro_batch_tokens": 32}, tmp_path)
+                          "nan_step": True, "micro_batch_tokens": 32, "ckpt_dir": str(ckpt)},
+                         tmp_path / "tp2")
     for r in res:
         for a, b in zip(r["metrics"], tp1_run["metrics"]):
             assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4
     for k, v in tp1_run["hf"].items():
         assert torch.allclose(res[0]["hf"][k], v, atol=1e-5), k
         assert torch.equal(res[0]["hf"][k], res[1]["hf"][k])
+    # dist_checkpointing: saved at TP=2, loaded into a fresh TP=1 trainer
+    loaded = spawn_trainers({"tp": 1, "dp": 1, "steps": 0, "load_ckpt": str(ckpt)},
+                            tmp_path / "load")[0]["loaded_hf"]
+    for k, v in res[0]["ckpt_hf"].items():
+        assert torch.equal(loaded[k], v), k
 
 
 @pytest.mark.slow
