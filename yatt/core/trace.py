@@ -2,10 +2,12 @@
 
 Why: the simulator and the executor write the same records, which is what makes replay,
 calibration and the sim-vs-real fidelity number possible. A trace is a JSONL file whose
-first line is the `meta` record; every other line is a `sample` or a `span`.
+first line is the `meta` record; every other line is a `sample` or a `span`. A path
+ending in `.gz` is read and written gzip-compressed (pandas reads both forms).
 """
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
 from dataclasses import dataclass
@@ -114,6 +116,16 @@ class Trace:
         n = max(1, len(per))
         return {ph: v / n for ph, v in totals.items()}
 
+    def phase_role_busy(self) -> dict[tuple[int, Phase, Role], float]:
+        """Seconds each (step, phase, role) is busy: the length of the union of its spans.
+
+        The unit `yatt calibrate` fits to and `yatt replay` compares: unlike a phase's
+        extent, it does not stretch across a step when a phase recurs (several offloads)."""
+        ivs: dict[tuple[int, Phase, Role], list[tuple[float, float]]] = defaultdict(list)
+        for s in self.spans:
+            ivs[(s.step, s.phase, s.role)].append((s.start_s, s.end_s))
+        return {k: _union_length(v) for k, v in ivs.items()}
+
     def device_busy(self) -> dict[int, float]:
         """Seconds each device spends inside spans (overlaps on a device merged)."""
         by_dev: dict[int, list[tuple[float, float]]] = defaultdict(list)
@@ -148,7 +160,7 @@ class Trace:
         """Write atomically (temp file + rename) so a crash never leaves half a trace."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        with open(tmp, "w") as f:
+        with _open(path, "w", tmp) as f:
             for rec in self.records():
                 f.write(json.dumps(rec, separators=(",", ":")) + "\n")
         tmp.replace(path)
@@ -190,15 +202,46 @@ class Trace:
         if not path.is_file():
             raise InputError("no such file", file=str(path))
 
+        def lines() -> Iterator[tuple[int, str]]:
+            i = 0
+            try:
+                with _open(path, "r") as f:
+                    for i, line in enumerate(f, 1):
+                        yield i, line
+            except UnicodeDecodeError:
+                raise InputError("not UTF-8 text", field=f"line {i + 1}", file=str(path)) from None
+            except (OSError, EOFError) as e:  # a corrupt or truncated .gz
+                raise InputError(f"cannot read: {e}", field=f"line {i + 1}", file=str(path)) from None
+
         def gen() -> Iterator[tuple[int, dict[str, Any]]]:
-            with open(path) as f:
-                for i, line in enumerate(f, 1):
-                    if not line.strip():
-                        continue
-                    try:
-                        yield i, json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise InputError(f"not valid JSON ({e.msg} at column {e.colno})",
-                                         field=f"line {i}", file=str(path)) from None
+            for i, line in lines():
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise InputError(f"not valid JSON ({e.msg} at column {e.colno})",
+                                     field=f"line {i}", file=str(path)) from None
+                yield i, rec
 
         return Trace.from_records(gen(), file=str(path))
+
+
+def _open(path: Path, mode: str, real: Optional[Path] = None):
+    """Text file handle; gzip when `path` ends in .gz (`real` is the file actually opened)."""
+    target = real or path
+    if path.suffix == ".gz":
+        return gzip.open(target, mode + "t", compresslevel=6) if mode == "w" else gzip.open(target, "rt")
+    return open(target, mode)
+
+
+def _union_length(ivs: list[tuple[float, float]]) -> float:
+    ivs = sorted(ivs)
+    total, lo, hi = 0.0, ivs[0][0], ivs[0][1]
+    for a, b in ivs[1:]:
+        if a > hi:
+            total += hi - lo
+            lo, hi = a, b
+        else:
+            hi = max(hi, b)
+    return total + hi - lo
