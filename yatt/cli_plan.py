@@ -79,7 +79,7 @@ def _header(exp: Experiment) -> str:
 
 
 def ranked_table(result: SearchResult, top: int) -> Table:
-    t = Table(title=f"Top placements (simulated, mean ± spread over {len(result.best.step_times)} seeds)",
+    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
               title_justify="left")
     for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
                 "util%", "bubble%", "peak/cap GB"):
@@ -115,7 +115,7 @@ def explanation(result: SearchResult) -> str:
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
-                 f"in {result.seconds:.1f} s")
+                 f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)
 
 

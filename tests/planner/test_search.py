@@ -11,7 +11,8 @@ from yatt.core import (ClusterSpec, EngineSpec, Experiment, InputError, LengthDi
                        ReleasePolicy, SearchSpec, Workload, catalog)
 from yatt.core.roles import DistKind
 from yatt.planner.costmodel import AnalyticCostModel, Efficiency
-from yatt.planner.search import search, search_split
+from yatt.planner.search import search
+from yatt.planner.splitsearch import search_split
 
 
 def _exp(gpus=16, actor="Qwen2.5-1.5B", genrm="Qwen2.5-7B", gpu="H100-SXM", per_node=8,

@@ -89,7 +89,7 @@ def why_winner(best, other, best_trace: Trace, other_trace: Trace,
     if best.plan.mode is Mode.PARTIAL:
         if o.switch_s > b.switch_s:
             bits.append(f"it avoids {o.switch_s - b.switch_s:.1f} s of model switching per step")
-        if b.overlap_s > 0:
+        if b.overlap_s >= 0.05:
             bits.append(f"overlaps judging with the rollout tail ({b.overlap_s:.1f} s of GenRM "
                         "work while rollouts still run)")
         bits.append(f"colocate would idle {other_bubble * 100:.0f}% of device time "
@@ -99,7 +99,7 @@ def why_winner(best, other, best_trace: Trace, other_trace: Trace,
                     f"{b.switch_s:.1f} s of switching per step")
         bits.append(f"the best split leaves {other_bubble * 100:.0f}% of device time idle "
                     f"(colocate: {best_bubble * 100:.0f}%)")
-        if o.overlap_s > 0:
+        if o.overlap_s >= 0.05:
             bits.append(f"streaming would overlap only {o.overlap_s:.1f} s of judging")
     return head + ": " + "; ".join(bits) + "."
 

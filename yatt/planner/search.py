@@ -17,14 +17,16 @@ so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends 
 """
 from __future__ import annotations
 
-import itertools
 import math
+import multiprocessing as mp
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Experiment, Plan
+from yatt.core.specs import Workload
 from yatt.core.roles import Mode
 from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
@@ -33,6 +35,7 @@ from yatt.sim.plans import make_plan
 from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space
+from .splitsearch import coordinate_descent, local_split, search_split
 
 Key = tuple[Mode, int, int, int, int]  # mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp
 Progress = Callable[[int, str], None]
@@ -75,6 +78,7 @@ class SearchResult:
     space_size: int
     split_reports: tuple[SplitReport, ...]
     seconds: float
+    note: str = ""  # how the search was done, when it is not the plain direct search
 
     @property
     def best(self) -> Candidate:
@@ -132,104 +136,85 @@ class _Evaluator:
         return Candidate(cand.key, cand.plan, tuple(times), cand.stats, cand.trace)
 
 
-def _unimodal(values: list[float]) -> bool:
-    """Non-increasing then non-decreasing (ties allowed)."""
-    i = 0
-    while i + 1 < len(values) and values[i + 1] <= values[i]:
-        i += 1
-    while i + 1 < len(values) and values[i + 1] >= values[i]:
-        i += 1
-    return i == len(values) - 1
+SLICE_GPUS = 64  # search clusters above 2x this on a 1/s slice (see `search`)
 
 
-def search_split(f: Callable[[int], float], splits: list[int], *, grid: int = 5,
-                 scan_budget: int = 12, exhaustive: bool = False) -> tuple[int, bool, str, int]:
-    """Minimise f over the sorted list `splits`. Returns (best, unimodal, method, calls).
+@dataclass(frozen=True)
+class _Found:
+    """What the direct search found: every evaluated candidate and how splits were searched."""
 
-    Pure: only calls f. Guarded ternary search (see module docstring)."""
-    seen: dict[int, float] = {}
-
-    def ev(i: int) -> float:
-        if i not in seen:
-            seen[i] = f(splits[i])
-        return seen[i]
-
-    n = len(splits)
-    if exhaustive or n <= grid + 2:
-        vals = [ev(i) for i in range(n)]
-        best = min(range(n), key=lambda i: (vals[i], i))
-        return splits[best], _unimodal(vals), "exhaustive", len(seen)
-    idx = sorted({round(k * (n - 1) / (grid - 1)) for k in range(grid)})
-    vals = [ev(i) for i in idx]
-    unimodal = _unimodal(vals)
-    if unimodal:
-        b = min(range(len(idx)), key=lambda k: (vals[k], k))
-        lo = idx[max(0, b - 1)]
-        hi = idx[min(len(idx) - 1, b + 1)]
-        method = "ternary"
-        while hi - lo > 2:
-            m1 = lo + (hi - lo) // 3
-            m2 = hi - (hi - lo) // 3
-            if ev(m1) <= ev(m2):
-                hi = m2
-            else:
-                lo = m1
-        for i in range(lo, hi + 1):
-            ev(i)
-    else:
-        method = "scan"
-        step = max(1, (n - 1) // max(1, scan_budget - 1))
-        for i in range(0, n, step):
-            ev(i)
-    # hill-climb: a better neighbour means the bracket missed; walk to a local minimum
-    best = min(seen, key=lambda i: (seen[i], i))
-    while True:
-        nbrs = [j for j in (best - 1, best + 1) if 0 <= j < n]
-        nxt = min(nbrs, key=lambda j: (ev(j), j))
-        if ev(nxt) < ev(best):
-            best = nxt
-        else:
-            break
-    return splits[best], unimodal, method, len(seen)
+    evaluator: "_Evaluator"
+    reports: tuple[SplitReport, ...]
+    space_size: int
 
 
-def _coordinate_descent(f: Callable[[tuple[int, ...]], float], options: list[list[int]],
-                        exhaustive: bool, start: Optional[tuple[int, ...]] = None) -> tuple[int, ...]:
-    """Minimise f over the product of per-coordinate options, one coordinate at a time."""
-    if exhaustive:
-        return min(itertools.product(*options), key=f)
-    x = list(start) if start else [opts[0] for opts in options]
-    for _ in range(2):  # two sweeps: enough for (near-)separable objectives
-        changed = False
-        for i, opts in enumerate(options):
-            best = min(opts, key=lambda v: f(tuple(x[:i] + [v] + x[i + 1:])))
-            if best != x[i]:
-                x[i], changed = best, True
-        if not changed:
-            break
-    return tuple(x)
+def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: bool,
+                   progress: Optional[Progress], recorded: Optional[Sequence[SampleRecord]]) -> _Found:
+    ev = _Evaluator(exp, cost, progress, recorded)
+    has_genrm = exp.genrm is not None and bool(space.genrm_tps)
+    gtps = space.genrm_tps if has_genrm else (1,)
+    modes = exp.search.modes
+    space_size = 0
+    reports: list[SplitReport] = []
+    best = (space.rollout_tps[0], gtps[0], space.trainer_tps[0])
+
+    if Mode.COLOCATE in modes or not has_genrm:
+        space_size += len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
+        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, *k)),
+                                  [list(space.rollout_tps), list(gtps), list(space.trainer_tps)],
+                                  exhaustive)
+    if Mode.PARTIAL in modes and has_genrm:
+        space_size += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
+                          for g in gtps) * len(space.trainer_tps)
+        g_total = exp.cluster.num_gpus
+        memo: dict[tuple[int, int, int], tuple[float, int]] = {}
+        anchor: list[float] = []  # rollout fraction of the first full split search
+
+        def best_split(rtp: int, gtp: int, ttp: int) -> float:
+            """Best partial step time for a TP triple. The first triple gets the guarded
+            ternary search; later ones hill-climb from the first one's rollout fraction."""
+            if (rtp, gtp, ttp) not in memo:
+                splits = partial_splits(exp, rtp, gtp)
+                if not splits:
+                    memo[(rtp, gtp, ttp)] = (math.inf, 0)
+                else:
+                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, ttp))  # noqa: E731
+                    if exhaustive or not anchor:
+                        r, uni, method, calls = search_split(f, splits, exhaustive=exhaustive)
+                        anchor.append(r / g_total)
+                    else:
+                        r, uni, method, calls = local_split(f, splits, anchor[0])
+                    reports.append(SplitReport(rtp, gtp, len(splits), calls, uni, method, r))
+                    memo[(rtp, gtp, ttp)] = (f(r), r)
+            return memo[(rtp, gtp, ttp)][0]
+
+        for ttp in (list(space.trainer_tps) if exhaustive else [best[2]]):
+            start = (best[0], best[1])
+            coordinate_descent(lambda k, ttp=ttp: best_split(k[0], k[1], ttp),
+                               [list(space.rollout_tps), list(gtps)], exhaustive, start=start)
+    if not ev.cache:
+        raise InputError("no placement to simulate: search.modes allows none that apply "
+                         f"(modes: {[m.value for m in modes]}, GenRM: {bool(exp.genrm)})")
+    return _Found(ev, tuple(reports), space_size)
 
 
-def local_split(f: Callable[[int], float], splits: list[int], frac: float) -> tuple[int, bool, str, int]:
-    """Hill-climb from the split nearest `frac` of the cluster (a warm start from another
-    TP pair's optimum). Returns (best, unimodal-unknown=True, "local", calls)."""
-    seen: dict[int, float] = {}
+def _shortlist(cands: Sequence[Candidate], top: int) -> list[Candidate]:
+    """The best `top` candidates plus the best of each mode (so the comparison shows)."""
+    ordered = sorted(cands, key=lambda c: (c.step_times[0], c.key))
+    keep = ordered[:top]
+    for mode in (Mode.COLOCATE, Mode.PARTIAL):
+        bm = next((c for c in ordered if c.plan.mode is mode), None)
+        if bm is not None and bm not in keep:
+            keep.append(bm)
+    return keep
 
-    def ev(i: int) -> float:
-        if i not in seen:
-            seen[i] = f(splits[i])
-        return seen[i]
 
-    total = splits[-1] + splits[0]  # ~ cluster size
-    i = min(range(len(splits)), key=lambda j: abs(splits[j] - frac * total))
-    while True:
-        nbrs = [j for j in (i - 1, i + 1) if 0 <= j < len(splits)]
-        j = min(nbrs, key=lambda j: (ev(j), j)) if nbrs else i
-        if nbrs and ev(j) < ev(i):
-            i = j
-        else:
-            break
-    return splits[i], True, "local", len(seen)
+def slice_experiment(exp: Experiment, factor: int) -> Experiment:
+    """The same experiment on 1/factor of the nodes with 1/factor of the prompts: every
+    engine and DP rank sees the same load, so placements rank the same way."""
+    w = exp.workload
+    return replace(exp, cluster=replace(exp.cluster, nodes=exp.cluster.nodes // factor),
+                   workload=replace(w, prompts_per_step=max(1, -(-w.prompts_per_step // factor))))
 
 
 def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[int] = None,
@@ -237,79 +222,87 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
            recorded: Optional[Sequence[SampleRecord]] = None) -> SearchResult:
     """Rank feasible placements of `exp` by simulated step time.
 
+    Large clusters (more than 2 x SLICE_GPUS devices, not exhaustive, not replaying) are
+    searched on a slice (`slice_experiment`): same per-engine load, ~1/factor the
+    simulation cost. The slice's best placements are then scaled back up and simulated at
+    full size, so every number shown is a full-size simulation.
+
     recorded: replay these samples' lengths (from a trace) instead of sampling the
-    workload; every recorded step is simulated and the mean step time ranks."""
+    workload; every recorded step is simulated and the mean step time ranks.
+    """
     t0 = time.perf_counter()
     space = placement_space(exp)
     if space.problems:
         raise InputError("cannot place this experiment: " + "; ".join(space.problems))
-    ev = _Evaluator(exp, cost, progress, recorded)
-    has_genrm = exp.genrm is not None and bool(space.genrm_tps)
-    gtps = space.genrm_tps if has_genrm else (1,)
-    modes = exp.search.modes
-    space_size = 0
-    reports: list[SplitReport] = []
-    best_ttp = space.trainer_tps[0]
-    best_rtp, best_gtp = space.rollout_tps[0], gtps[0]
-
-    if Mode.COLOCATE in modes or not has_genrm:
-        space_size += len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
-        x = _coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, k[0], k[1], k[2])),
-                                [list(space.rollout_tps), list(gtps), list(space.trainer_tps)],
-                                exhaustive)
-        best_rtp, best_gtp, best_ttp = x
-    if Mode.PARTIAL in modes and has_genrm:
-        space_size += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
-                          for g in gtps) * len(space.trainer_tps)
-        ttps = list(space.trainer_tps) if exhaustive else [best_ttp]
-        memo: dict[tuple[int, int, int], float] = {}
-
-        def best_split(rtp: int, gtp: int, ttp: int, near: Optional[float]) -> float:
-            """Best partial step time for a TP triple; `near` (a rollout fraction) warm-starts
-            a local search instead of a full guarded ternary search."""
-            if (rtp, gtp, ttp) in memo:
-                return memo[(rtp, gtp, ttp)]
-            splits = partial_splits(exp, rtp, gtp)
-            if not splits:
-                memo[(rtp, gtp, ttp)] = math.inf
-                return math.inf
-            f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, ttp))  # noqa: E731
-            if near is None or exhaustive:
-                r, uni, method, calls = search_split(f, splits, exhaustive=exhaustive)
-            else:
-                r, uni, method, calls = local_split(f, splits, near)
-            reports.append(SplitReport(rtp, gtp, len(splits), calls, uni, method, r))
-            memo[(rtp, gtp, ttp)] = f(r)
-            return memo[(rtp, gtp, ttp)]
-
-        g = exp.cluster.num_gpus
-        for ttp in ttps:
-            start = (best_rtp if best_rtp in space.rollout_tps else space.rollout_tps[0],
-                     best_gtp if best_gtp in gtps else gtps[0])
-            best_split(start[0], start[1], ttp, None)
-            anchor = {"frac": None}
-
-            def objective(k: tuple[int, ...], ttp=ttp) -> float:
-                if anchor["frac"] is None:  # fraction of the first (full) split search
-                    r0 = next(c for c in ev.cache.values()
-                              if c.key[0] is Mode.PARTIAL and c.key[2:] == (start[0], start[1], ttp)
-                              and c.step_times[0] == memo[(start[0], start[1], ttp)]).key[1]
-                    anchor["frac"] = r0 / g
-                return best_split(k[0], k[1], ttp, anchor["frac"])
-
-            _coordinate_descent(objective, [list(space.rollout_tps), list(gtps)], exhaustive,
-                                start=start)
-    if not ev.cache:
-        raise InputError("no placement to simulate: search.modes allows none that apply "
-                         f"(modes: {[m.value for m in modes]}, GenRM: {bool(exp.genrm)})")
-    ordered = sorted(ev.cache.values(), key=lambda c: (c.step_times[0], c.key))
-    # keep the best of each mode in the table so the comparison is always visible
-    keep: list[Candidate] = ordered[:top]
-    for mode in (Mode.COLOCATE, Mode.PARTIAL):
-        bm = next((c for c in ordered if c.plan.mode is mode), None)
-        if bm is not None and bm not in keep:
-            keep.append(bm)
     n_seeds = seeds or exp.search.seeds
-    final = sorted((ev.reseed(c, n_seeds) for c in keep), key=lambda c: (c.mean, c.key))
-    return SearchResult(tuple(final), space, ev.sims, space_size, tuple(reports),
-                        time.perf_counter() - t0)
+    nodes = exp.cluster.nodes
+    factor = 1
+    if not exhaustive and recorded is None and exp.cluster.num_gpus > 2 * SLICE_GPUS:
+        factor = max(k for k in range(1, nodes + 1)
+                     if nodes % k == 0 and exp.cluster.num_gpus // k >= SLICE_GPUS)
+    if factor == 1:
+        found = _search_direct(exp, cost, space, exhaustive, progress, recorded)
+        ev = found.evaluator
+        final = [ev.reseed(c, n_seeds) for c in _shortlist(list(ev.cache.values()), top)]
+        sims = ev.sims
+        slice_note = ""
+    else:
+        small = slice_experiment(exp, factor)
+        found = _search_direct(small, cost, placement_space(small), False, progress, None)
+        short = _shortlist(list(found.evaluator.cache.values()), min(top, 2))
+        keys = [(c.key[0], c.key[1] * factor, *c.key[2:]) for c in short]
+        final = _simulate_many(exp, cost, keys, n_seeds, progress, found.evaluator.sims)
+        sims = found.evaluator.sims + len(keys) * n_seeds
+        c = small.cluster
+        slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
+                      f"{small.workload.prompts_per_step} prompts), shortlist re-simulated at full size")
+    final.sort(key=lambda c: (c.mean, c.key))
+    return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
+                        _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
+                        slice_note)
+
+
+def _one(job: tuple[Plan, Workload, CostModel, int]) -> tuple[float, Optional[Trace]]:
+    plan, workload, cost, seed = job
+    trace = simulate(plan, workload, cost, seed=seed, steps=1)
+    t = summarize(trace).step_time_mean
+    return t, (trace if seed == 0 else None)
+
+
+def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int,
+                   progress: Optional[Progress], done: int) -> list[Candidate]:
+    """Simulate each placement over `seeds` seeds, spread over the machine's cores.
+
+    Independent simulations of large clusters dominate the planner's time; a fork-based
+    process pool runs them side by side (serially where only one core is available)."""
+    ev = _Evaluator(exp, cost)
+    jobs = [(ev.plan(k), exp.workload, cost, s) for k in keys for s in range(seeds)]
+    workers = min(len(jobs), os.cpu_count() or 1, 8)
+    results: list[tuple[float, Optional[Trace]]] = []
+    if workers > 1 and "fork" in mp.get_all_start_methods():
+        with mp.get_context("fork").Pool(workers) as pool:
+            for r in pool.imap(_one, jobs):
+                results.append(r)
+                if progress:
+                    progress(done + len(results), "full-size simulations")
+    else:
+        for j in jobs:
+            results.append(_one(j))
+            if progress:
+                progress(done + len(results), "full-size simulations")
+    out = []
+    for i, k in enumerate(keys):
+        chunk = results[i * seeds:(i + 1) * seeds]
+        trace = chunk[0][1]
+        assert trace is not None
+        out.append(Candidate(k, jobs[i * seeds][0], tuple(t for t, _ in chunk), summarize(trace), trace))
+    return out
+
+
+def _full_space_size(exp: Experiment, space: Space) -> int:
+    gtps = space.genrm_tps or (1,)
+    n = len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
+    if exp.genrm is not None and Mode.PARTIAL in exp.search.modes:
+        n += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
+                 for g in gtps) * len(space.trainer_tps)
+    return n
