@@ -48,7 +48,19 @@ def _add_plan(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_plan)
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_plan]
+def _add_replay(sub: argparse._SubParsersAction) -> None:
+    from yatt.cli_replay import _add_replay as add  # light module: heavy imports run in the handler
+
+    add(sub)
+
+
+def _add_calibrate(sub: argparse._SubParsersAction) -> None:
+    from yatt.cli_calibrate import _add_calibrate as add
+
+    add(sub)
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_plan, _add_replay, _add_calibrate]
 
 
 def build_parser() -> argparse.ArgumentParser:
