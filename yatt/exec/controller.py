@@ -1,0 +1,321 @@
+"""Step controllers: each owns a shard of the step's prompts and drives its samples.
+
+Why: with one controller, every prompt, payload and sample passes through one process —
+the single-controller bottleneck. K controller actors each own a contiguous shard of the
+step's prompts and drive them rollout → reward → advantage → reference → trainer; the
+driver only sends small commands and gets back small summaries (reward moments, token
+costs for DP balancing). Controllers meet only at phase barriers the placement mode
+requires. `plan.controllers == 1` runs the same class in the driver process itself.
+Group-relative advantages need no cross-controller data because a prompt's samples all
+live in one shard; global reward mean/std are combined from moments.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from yatt.core.roles import RewardSource
+from yatt.core.specs import Workload
+from yatt.core.trace import SampleRecord
+
+from .genrm import Judgment, rule_judgment
+from .rollout import GenRequest, GenResult
+from .task import Prompt, SampleSpec, exact_match, step_prompts, step_samples
+from .workers import TrainItem
+
+
+@dataclass(frozen=True)
+class ControllerConfig:
+    index: int
+    count: int
+    seed: int
+    workload: Workload
+    reward: RewardSource
+    actor_tokenizer: str
+    temperature: float
+    t0: float                      # run start, time.time()
+    queue_capacity: int = 64
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Mergeable reward statistics (the only per-step data controllers send back)."""
+
+    n: int = 0
+    total: float = 0.0
+    total_sq: float = 0.0
+    parse_fail: int = 0
+    response_tokens: int = 0
+    payload_bytes: int = 0
+
+    def __add__(self, o: "Moments") -> "Moments":
+        return Moments(self.n + o.n, self.total + o.total, self.total_sq + o.total_sq,
+                       self.parse_fail + o.parse_fail, self.response_tokens + o.response_tokens,
+                       self.payload_bytes + o.payload_bytes)
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.n if self.n else 0.0
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(max(0.0, self.total_sq / self.n - self.mean ** 2)) if self.n else 0.0
+
+
+@dataclass(frozen=True)
+class PhaseReport:
+    """What a phase did, in this controller: tokens and wall-clock end times."""
+
+    tokens: int = 0
+    start_s: float = 0.0
+    end_s: float = 0.0
+    genrm_end_s: float = 0.0
+    genrm_tokens: int = 0
+
+
+def shard(items: list, index: int, count: int) -> list:
+    """Contiguous shard `index` of `count` (sizes differ by at most one)."""
+    n = len(items)
+    lo = index * n // count
+    return items[lo:(index + 1) * n // count]
+
+
+class StepController:
+    def __init__(self, cfg: ControllerConfig, rollout: list, genrm: list, refs: list,
+                 trainer_groups: list[list]):
+        from transformers import AutoTokenizer
+
+        self.cfg = cfg
+        self.rollout_engines, self.genrm_engines = rollout, genrm
+        self.refs, self.trainer_groups = refs, trainer_groups
+        self.tok = AutoTokenizer.from_pretrained(cfg.actor_tokenizer)
+        self._queues: list = []
+        self.step = -1
+
+    # ---- step data -------------------------------------------------------------------
+    def begin(self, step: int) -> int:
+        wl = self.cfg.workload
+        prompts = shard(step_prompts(self.cfg.seed, step, wl), self.cfg.index, self.cfg.count)
+        ids = {p.prompt_id for p in prompts}
+        self.step = step
+        self.prompts: dict[int, Prompt] = {p.prompt_id: p for p in prompts}
+        self.specs: list[SampleSpec] = [s for s in step_samples(self.cfg.seed, step, wl)
+                                        if s.prompt_id in ids]
+        bos = self.tok.bos_token_id
+        self.prompt_ids = {p.prompt_id: tuple([bos] + self.tok.encode(p.text, add_special_tokens=False))
+                           for p in prompts}
+        self.results: dict[int, GenResult] = {}
+        self.judged: dict[int, Judgment] = {}
+        self.ref_lp: dict[int, tuple[float, ...]] = {}
+        return len(self.specs)
+
+    def _requests(self) -> list[GenRequest]:
+        out, first = [], set()
+        for s in self.specs:
+            payload = None
+            if s.prompt_id not in first:   # ship the prompt's payload once, with its 1st sample
+                first.add(s.prompt_id)
+                payload = self.prompts[s.prompt_id].payload or None
+            out.append(GenRequest(s.sample_id, self.prompt_ids[s.prompt_id], s.max_tokens,
+                                  self.cfg.temperature, s.seed, True, payload))
+        return out
+
+    def _by_engine(self, items: list, key: Callable[[Any], int], k: int) -> list[list]:
+        parts: list[list] = [[] for _ in range(k)]
+        for x in items:
+            parts[key(x) % k].append(x)
+        return parts
+
+    def _rule_rewards(self) -> None:
+        for r in self.results.values():
+            spec_pid = self._pid(r.key)
+            text = self.tok.decode(list(r.token_ids), skip_special_tokens=True)
+            self.judged[r.key] = rule_judgment(r.key, self.prompts[spec_pid].answer, text,
+                                               exact_match, r.end_s)
+
+    def _pid(self, sample_id: int) -> int:
+        return self._pid_map()[sample_id]
+
+    def _pid_map(self) -> dict[int, int]:
+        if getattr(self, "_pm_step", None) != self.step:
+            self._pm = {s.sample_id: s.prompt_id for s in self.specs}
+            self._pm_step = self.step
+        return self._pm
+
+    # ---- phases ----------------------------------------------------------------------
+    def rollout(self) -> PhaseReport:
+        """Colocate: generate all samples (rule rewards are computed right here)."""
+        import ray
+
+        t = time.time()
+        parts = self._by_engine(self._requests(), lambda r: r.key, len(self.rollout_engines))
+        refs = [e.generate.remote(p) for e, p in zip(self.rollout_engines, parts) if p]
+        for res in ray.get(refs):
+            self.results.update({r.key: r for r in res})
+        if self.cfg.reward is RewardSource.RULE:
+            self._rule_rewards()
+        return self._report(t)
+
+    def judge(self) -> PhaseReport:
+        """Colocate: judge all results on the GenRM engines."""
+        import ray
+
+        t = time.time()
+        parts = self._by_engine(list(self.results.values()), lambda r: r.key,
+                                len(self.genrm_engines))
+        for js in ray.get([g.judge.remote(p) for g, p in zip(self.genrm_engines, parts) if p]):
+            self.judged.update({j.key: j for j in js})
+        return self._report(t)
+
+    def rollout_and_judge(self) -> PhaseReport:
+        """Partial: rollout engine r streams each finished batch into bounded queue r % G;
+        GenRM engine g judges from queue g as items arrive."""
+        import ray
+        from ray.util.queue import Queue
+
+        t = time.time()
+        R, G = len(self.rollout_engines), len(self.genrm_engines)
+        while len(self._queues) < G:
+            self._queues.append(Queue(maxsize=self.cfg.queue_capacity,
+                                      actor_options={"num_cpus": 0}))
+        parts = self._by_engine(self._requests(), lambda r: r.key, R)
+        expected = [0] * G
+        for r, p in enumerate(parts):
+            expected[r % G] += len(p)
+        judge_refs = [g.judge_stream.remote(q, n) for g, q, n in
+                      zip(self.genrm_engines, self._queues, expected) if n]
+        gen_refs = [e.generate.remote(p, sink=self._queues[r % G])
+                    for r, (e, p) in enumerate(zip(self.rollout_engines, parts)) if p]
+        for res in ray.get(gen_refs):
+            self.results.update({r.key: r for r in res})
+        for js in ray.get(judge_refs):
+            self.judged.update({j.key: j for j in js})
+        return self._report(t)
+
+    def _report(self, t: float) -> PhaseReport:
+        res = self.results.values()
+        js = [j for j in self.judged.values() if j.input_tokens]
+        return PhaseReport(sum(len(r.token_ids) for r in res), t,
+                           max((r.end_s for r in res), default=t),
+                           max((j.end_s for j in js), default=0.0),
+                           sum(j.input_tokens + j.output_tokens for j in js))
+
+    def moments(self) -> Moments:
+        rs = [j.reward for j in self.judged.values()]
+        return Moments(len(rs), float(sum(rs)), float(sum(r * r for r in rs)),
+                       sum(1 for j in self.judged.values() if not j.parsed),
+                       sum(len(r.token_ids) for r in self.results.values()),
+                       sum(len(p.payload) for p in self.prompts.values()))
+
+    def _sequence(self, sid: int) -> tuple[tuple[int, ...], int]:
+        r = self.results[sid]
+        ids = r.prompt_ids + r.token_ids
+        if not r.token_ids:   # an immediate EOS still trains on that one token
+            ids = r.prompt_ids + (self.tok.eos_token_id,)
+        return ids, len(r.prompt_ids)
+
+    def costs(self) -> list[tuple[int, int]]:
+        """(sample_id, sequence tokens) for DP balancing, in sample order."""
+        return [(s.sample_id, len(self._sequence(s.sample_id)[0])) for s in self.specs]
+
+    def ref_logprobs(self) -> PhaseReport:
+        import ray
+
+        t = time.time()
+        sids = [s.sample_id for s in self.specs]
+        parts = self._by_engine(sids, lambda x: x, len(self.refs))
+        calls = []
+        for w, p in zip(self.refs, parts):
+            if p:
+                seqs = [self._sequence(s) for s in p]
+                calls.append((p, w.logprobs.remote([x[0] for x in seqs], [x[1] for x in seqs])))
+        for p, ref in calls:
+            self.ref_lp.update({s: tuple(lp) for s, lp in zip(p, ray.get(ref))})
+        return PhaseReport(sum(len(self._sequence(s)[0]) for s in sids), t, time.time())
+
+    def advantages(self) -> dict[int, float]:
+        """GRPO: reward minus the prompt group's mean, over the group's std (+1e-6)."""
+        groups: dict[int, list[int]] = {}
+        for s in self.specs:
+            groups.setdefault(s.prompt_id, []).append(s.sample_id)
+        adv = {}
+        for sids in groups.values():
+            r = np.array([self.judged[s].reward for s in sids], dtype=np.float64)
+            a = (r - r.mean()) / (r.std() + 1e-6)
+            adv.update({s: float(x) for s, x in zip(sids, a)})
+        return adv
+
+    def stage(self, assign: dict[int, int]) -> int:
+        """Send each sample to every TP rank of its DP group (controller → trainer)."""
+        import ray
+
+        adv = self.advantages()
+        per_rank: dict[int, list[TrainItem]] = {}
+        for s in self.specs:
+            ids, p = self._sequence(s.sample_id)
+            per_rank.setdefault(assign[s.sample_id], []).append(
+                TrainItem(s.sample_id, ids, p, adv[s.sample_id], self.ref_lp.get(s.sample_id)))
+        calls = [w.stage.remote(items) for dp, items in per_rank.items()
+                 for w in self.trainer_groups[dp]]
+        ray.get(calls)
+        return len(self.specs)
+
+    def records(self, assign: dict[int, int]) -> list[SampleRecord]:
+        t0, out = self.cfg.t0, []
+        for s in self.specs:
+            r, j = self.results[s.sample_id], self.judged.get(s.sample_id)
+            out.append(SampleRecord(
+                step=self.step, sample_id=s.sample_id, prompt_id=s.prompt_id,
+                prompt_tokens=len(r.prompt_ids), response_tokens=len(r.token_ids),
+                genrm_input_tokens=j.input_tokens if j else 0,
+                genrm_output_tokens=j.output_tokens if j else 0,
+                reward=j.reward if j else None, kept=True,
+                dp_rank=assign.get(s.sample_id, -1),
+                rollout_end_s=max(0.0, r.end_s - t0),
+                genrm_end_s=max(0.0, j.end_s - t0) if j and j.input_tokens else None))
+        return out
+
+    def shutdown(self) -> None:
+        import ray
+        for q in self._queues:
+            ray.kill(q.actor)
+        self._queues = []
+
+
+class ControllerGroup:
+    """K controllers behind one call surface: in-process (K=1) or Ray actors (K>1).
+
+    `call(StepController.rollout)` runs that method on every controller and returns
+    the results in controller order; remote calls go out together (they run in parallel).
+    """
+
+    def __init__(self, make_cfg: Callable[[int, int], ControllerConfig], count: int,
+                 args: tuple, env: Optional[dict] = None):
+        self.count = count
+        if count == 1:
+            self.local = [StepController(make_cfg(0, 1), *args)]
+            self.remote = []
+        else:
+            import ray
+            cls = ray.remote(num_cpus=0)(StepController)
+            opts = {"runtime_env": {"env_vars": env}} if env else {}
+            self.local = []
+            self.remote = [cls.options(**opts).remote(make_cfg(i, count), *args)
+                           for i in range(count)]
+
+    def call(self, method: Callable, *args: Any) -> list:
+        if self.local:
+            return [method(c, *args) for c in self.local]
+        import ray
+        return ray.get([getattr(c, method.__name__).remote(*args) for c in self.remote])
+
+    def shutdown(self) -> None:
+        self.call(StepController.shutdown)
+        if self.remote:
+            import ray
+            for c in self.remote:
+                ray.kill(c)

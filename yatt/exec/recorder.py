@@ -1,0 +1,129 @@
+"""Measured trace, metrics and run-directory outputs, plus the per-step progress bar.
+
+Why: the executor must emit the same Trace schema as the simulator (source MEASURED), so
+replay, calibration and the sim-vs-real fidelity number work on real runs. The recorder
+turns wall-clock times into seconds since run start, and writes the run directory:
+`trace.jsonl`, `timeline.json` (Perfetto), `metrics.csv`, `plan.yaml`.
+"""
+from __future__ import annotations
+
+import csv
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from yatt.core.plan import Plan
+from yatt.core.roles import Phase, Role, TraceSource
+from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
+
+METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "kl", "entropy", "loss",
+                  "grad_norm", "genrm_parse_fail", "response_tokens")
+PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
+
+
+class Recorder:
+    def __init__(self, plan: Plan, seed: int, t0: Optional[float] = None):
+        self.plan, self.seed = plan, seed
+        self.t0 = time.time() if t0 is None else t0
+        self.spans: list[SpanRecord] = []
+        self.samples: list[SampleRecord] = []
+        self.metrics: list[dict[str, Any]] = []
+        self.extra: dict[str, Any] = {}
+
+    def rel(self, wall: float) -> float:
+        return max(0.0, wall - self.t0)
+
+    def span(self, step: int, role: Role, phase: Phase, devices: tuple[int, ...],
+             start: float, end: float, tokens: int = 0, name: str = "") -> SpanRecord:
+        """Record a span from wall-clock (time.time()) start/end."""
+        s, e = self.rel(start), self.rel(end)
+        rec = SpanRecord(step=step, role=role, phase=phase, devices=tuple(devices), start_s=s,
+                         end_s=max(s, e), tokens=int(tokens), name=name)
+        self.spans.append(rec)
+        return rec
+
+    def add_samples(self, recs: list[SampleRecord]) -> None:
+        self.samples.extend(recs)
+
+    def step_metrics(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
+        per_phase: dict[Phase, list[float]] = {}
+        for s in self.spans:
+            if s.step == step:
+                lo, hi = per_phase.get(s.phase, [s.start_s, s.end_s])
+                per_phase[s.phase] = [min(lo, s.start_s), max(hi, s.end_s)]
+        row = {"step": step, **values}
+        for p in Phase:
+            lo_hi = per_phase.get(p)
+            row[f"{p.value}_s"] = round(lo_hi[1] - lo_hi[0], 6) if lo_hi else 0.0
+        self.metrics.append(row)
+        return row
+
+    def trace(self, steps: int) -> Trace:
+        import platform
+
+        from yatt import __version__
+
+        meta = TraceMeta(source=TraceSource.MEASURED, plan=self.plan, seed=self.seed,
+                         yatt_version=__version__, hardware=_hardware(platform.machine()),
+                         steps=steps, extra=dict(self.extra))
+        samples = tuple(sorted(self.samples, key=lambda r: (r.step, r.sample_id)))
+        spans = tuple(sorted(self.spans, key=lambda r: (r.start_s, r.end_s)))
+        return Trace(meta, samples, spans)
+
+    def write(self, out_dir: Path, steps: int) -> Trace:
+        from yatt.core.config import dump_yaml
+        from yatt.core.timeline import write_chrome_trace
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tr = self.trace(steps)
+        tr.write_jsonl(out_dir / "trace.jsonl")
+        write_chrome_trace(tr, out_dir / "timeline.json")
+        dump_yaml(self.plan, out_dir / "plan.yaml")
+        cols = list(METRIC_COLUMNS) + [c for c in PHASE_COLUMNS]
+        tmp = out_dir / "metrics.csv.tmp"
+        with open(tmp, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
+            w.writeheader()
+            for row in self.metrics:
+                w.writerow({c: row.get(c, "") for c in cols})
+        tmp.replace(out_dir / "metrics.csv")
+        return tr
+
+
+def _hardware(machine: str) -> str:
+    try:
+        import torch
+        if torch.cuda.is_available():
+            return f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
+    except ImportError:
+        pass
+    return f"cpu ({machine}, fake Ray GPUs, 1 thread each)"
+
+
+class Progress:
+    """A rich progress bar over steps showing reward and step time (no-op if disabled)."""
+
+    def __init__(self, steps: int, label: str, enabled: bool = True):
+        self.bar = None
+        if enabled:
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress as RP,
+                                       TextColumn, TimeElapsedColumn)
+            self.bar = RP(TextColumn("[bold]{task.description}"), BarColumn(),
+                          MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+                          TimeElapsedColumn())
+            self.bar.start()
+            self.task = self.bar.add_task(label, total=steps, info="starting engines")
+
+    def note(self, info: str) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, info=info)
+
+    def step(self, row: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1,
+                            info=f"reward {row.get('reward_mean', 0):.3f}  "
+                                 f"loss {row.get('loss', 0):.4f}  step {row.get('step_s', 0):.1f}s")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

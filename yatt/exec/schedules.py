@@ -1,0 +1,164 @@
+"""One RL step, executed by walking the core step schedule of the plan's mode.
+
+Why: the simulator and the executor must run the same phases in the same order, so the
+order comes from `yatt.core.schedule.step_schedule` and this module only maps each phase
+to an action (a dict of handlers keyed by Phase). Full colocate: stages run one after
+another over all devices, with the plan's release policy between them recorded as
+`offload`/`reload` spans with measured cost. Partial colocate: the rollout stage
+streams into the GenRM stage (disjoint devices, bounded queue), then training on all
+devices, then weight sync. Step semantics (prompts, seeds, balancing, loss) are identical.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from yatt.core.balance import attention_weight, partition, sequence_cost
+from yatt.core.plan import Plan
+from yatt.core.roles import Phase, Role
+from yatt.core.schedule import Stage, step_schedule
+
+from .controller import ControllerGroup, Moments, PhaseReport, StepController
+from .recorder import Recorder
+from .rollout import Release
+
+ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
+
+
+@dataclass
+class Actors:
+    """Handles of the plan's workers, by role (engines: one per TP group)."""
+
+    engines: dict[Role, list]          # ROLLOUT / GENRM engine actors
+    trainers: list                     # all trainer ranks, rank order
+    trainer_groups: list[list]         # [dp][tp] ranks
+    refs: list                         # reference workers (one per group)
+
+
+class StepRunner:
+    def __init__(self, plan: Plan, actors: Actors, controllers: ControllerGroup,
+                 rec: Recorder, release: Release, genrm: bool):
+        self.plan, self.actors, self.ctl, self.rec = plan, actors, controllers, rec
+        self.release, self.genrm = release, genrm
+        self.reference = plan.experiment.algo.use_reference
+        self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference)
+        m = plan.experiment.actor
+        self.attn_w = attention_weight(m.hidden, m.params, m.layers)
+        self.handlers: dict[Phase, Callable[[int, Stage], None]] = {
+            Phase.ROLLOUT: self._rollout, Phase.GENRM: self._genrm,
+            Phase.OFFLOAD: self._offload, Phase.RELOAD: self._reload,
+            Phase.REF_LOGPROB: self._ref, Phase.TRAIN: self._train,
+            Phase.WEIGHT_SYNC: self._sync}
+
+    def devices(self, role: Role) -> tuple[int, ...]:
+        return self.plan.placement(role).devices
+
+    def run_step(self, step: int) -> dict[str, Any]:
+        t = time.time()
+        self._streamed = False
+        self._train_out: dict[str, float] = {}
+        self.ctl.call(StepController.begin, step)
+        for stage in self.schedule.generate + self.schedule.finish:
+            self.handlers[stage.phase](step, stage)
+        mom = sum(self.ctl.call(StepController.moments), Moments())
+        o = self._train_out
+        return self.rec.step_metrics(step, {
+            "step_s": round(time.time() - t, 4), "reward_mean": mom.mean, "reward_std": mom.std,
+            "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0), "loss": o.get("loss", 0.0),
+            "grad_norm": o.get("grad_norm", 0.0), "genrm_parse_fail": mom.parse_fail,
+            "response_tokens": mom.response_tokens})
+
+    # ---- generation ------------------------------------------------------------------
+    def _rollout(self, step: int, stage: Stage) -> None:
+        if stage.streams:
+            reps = self.ctl.call(StepController.rollout_and_judge)
+            start = min(r.start_s for r in reps)
+            self.rec.span(step, Role.ROLLOUT, Phase.ROLLOUT, self.devices(Role.ROLLOUT), start,
+                          max(r.end_s for r in reps), sum(r.tokens for r in reps), "streaming")
+            self.rec.span(step, Role.GENRM, Phase.GENRM, self.devices(Role.GENRM), start,
+                          max(r.genrm_end_s for r in reps), sum(r.genrm_tokens for r in reps),
+                          "streaming")
+            self._streamed = True
+            return
+        reps = self.ctl.call(StepController.rollout)
+        self._phase_span(step, Role.ROLLOUT, Phase.ROLLOUT, reps)
+
+    def _genrm(self, step: int, stage: Stage) -> None:
+        if self._streamed:
+            return
+        reps = self.ctl.call(StepController.judge)
+        self._phase_span(step, Role.GENRM, Phase.GENRM, reps, genrm=True)
+
+    def _phase_span(self, step: int, role: Role, phase: Phase, reps: list[PhaseReport],
+                    genrm: bool = False) -> None:
+        tokens = sum(r.genrm_tokens if genrm else r.tokens for r in reps)
+        end = time.time()
+        self.rec.span(step, role, phase, self.devices(role), min(r.start_s for r in reps), end,
+                      tokens)
+
+    # ---- release / reload ------------------------------------------------------------
+    def _switch(self, step: int, stage: Stage, phase: Phase, pick: Callable[[Any], Any]) -> None:
+        """Engines of the stage's roles switch; roles on disjoint devices concurrently."""
+        import ray
+
+        if self.release is Release.KEEP:
+            return
+        roles = [r for r in stage.roles if r in ENGINE_ROLES and self.actors.engines.get(r)]
+        waves: list[list[Role]] = []
+        for r in roles:
+            devs = set(self.devices(r))
+            for w in waves:
+                if all(not devs & set(self.devices(x)) for x in w):
+                    w.append(r)
+                    break
+            else:
+                waves.append([r])
+        label = {Release.TEARDOWN: "teardown" if phase is Phase.OFFLOAD else "re-create",
+                 Release.SLEEP: "sleep" if phase is Phase.OFFLOAD else "wake"}[self.release]
+        for wave in waves:
+            t = time.time()
+            refs = {r: [pick(e).remote() for e in self.actors.engines[r]] for r in wave}
+            for r, rs in refs.items():
+                ray.get(rs)
+                self.rec.span(step, r, phase, self.devices(r), t, time.time(), 0, label)
+
+    def _offload(self, step: int, stage: Stage) -> None:
+        self._switch(step, stage, Phase.OFFLOAD, lambda e: e.release)
+
+    def _reload(self, step: int, stage: Stage) -> None:
+        self._switch(step, stage, Phase.RELOAD, lambda e: e.acquire)
+
+    # ---- training --------------------------------------------------------------------
+    def _ref(self, step: int, stage: Stage) -> None:
+        reps = self.ctl.call(StepController.ref_logprobs)
+        self.rec.span(step, Role.REFERENCE, Phase.REF_LOGPROB, self.devices(Role.REFERENCE),
+                      min(r.start_s for r in reps), time.time(), sum(r.tokens for r in reps))
+
+    def _train(self, step: int, stage: Stage) -> None:
+        import ray
+
+        t = time.time()
+        costs = [c for part in self.ctl.call(StepController.costs) for c in part]
+        dp = len(self.actors.trainer_groups)
+        weights = [sequence_cost(n, self.plan.balance_cost, self.attn_w) for _, n in costs]
+        bins = partition(weights, dp, self.plan.balance)
+        assign = {costs[i][0]: r for r, b in enumerate(bins) for i in b}
+        self.ctl.call(StepController.stage, assign)
+        outs = ray.get([w.train_step.remote() for w in self.actors.trainers])
+        self._train_out = {k: float(v) for k, v in outs[0].items()
+                           if isinstance(v, (int, float))}
+        self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,
+                      time.time(), sum(n for _, n in costs))
+        for recs in self.ctl.call(StepController.records, assign):
+            self.rec.add_samples(recs)
+
+    def _sync(self, step: int, stage: Stage) -> None:
+        import ray
+
+        t = time.time()
+        state = self.actors.trainers[0].hf_state_dict.remote()
+        ray.get([e.update_weights.remote(state) for e in self.actors.engines[Role.ROLLOUT]])
+        devs = tuple(sorted(set(self.devices(Role.ROLLOUT))
+                            | {self.devices(Role.TRAINER)[0]}))
+        self.rec.span(step, Role.ROLLOUT, Phase.WEIGHT_SYNC, devs, t, time.time())

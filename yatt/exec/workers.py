@@ -1,0 +1,139 @@
+"""Trainer and reference workers: the Ray-actor side of training and reference log-probs.
+
+Why: `trainer.MegatronTrainer` is one rank with a collective contract (every rank calls
+every method in order). This wrapper adds what the executor needs around it: data is
+*staged* by the controllers straight into each rank (it never passes through the
+driver), then one `train_step` consumes it in a deterministic order (by sample id), so
+both placement modes and any number of controllers train on byte-identical batches.
+The reference worker is a frozen copy of the initial policy (HF forward, fp32) used only
+for per-token log-probs on the devices the plan gives to Role.REFERENCE.
+"""
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+from typing import Optional
+
+from yatt.core.specs import ModelSpec
+
+
+@dataclass(frozen=True)
+class TrainItem:
+    sample_id: int
+    input_ids: tuple[int, ...]
+    prompt_len: int
+    advantage: float
+    ref_logprobs: Optional[tuple[float, ...]] = None
+
+
+@dataclass(frozen=True)
+class TrainerArgs:
+    spec: ModelSpec
+    hf_path: str
+    tp: int
+    dp: int
+    lr: float
+    seed: int = 0
+    distributed_optimizer: bool = False
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    clip_eps: float = 0.2
+    micro_batch_tokens: int = 4096
+    device: str = "cpu"
+
+
+def free_port() -> tuple[str, int]:
+    """This node's IP and a free TCP port (rank 0 hosts the process-group rendezvous)."""
+    import ray
+
+    with socket.socket() as s:
+        s.bind(("", 0))
+        return ray.util.get_node_ip_address(), s.getsockname()[1]
+
+
+class TrainerWorker:
+    """One Megatron rank in a Ray actor. Call `setup` on all ranks concurrently."""
+
+    def __init__(self, args: TrainerArgs, rank: int):
+        self.args, self.rank = args, rank
+        self.trainer = None
+        self._staged: list[TrainItem] = []
+
+    def address(self) -> tuple[str, int]:
+        return free_port()
+
+    def setup(self, master_addr: str, master_port: int) -> float:
+        from .trainer import MegatronTrainer
+
+        a = self.args
+        t0 = time.perf_counter()
+        self.trainer = MegatronTrainer(
+            a.spec, a.hf_path, tp=a.tp, dp=a.dp, rank=self.rank, master_addr=master_addr,
+            master_port=master_port, lr=a.lr, seed=a.seed,
+            distributed_optimizer=a.distributed_optimizer, kl_coef=a.kl_coef,
+            entropy_coef=a.entropy_coef, clip_eps=a.clip_eps,
+            micro_batch_tokens=a.micro_batch_tokens, device=a.device)
+        return time.perf_counter() - t0
+
+    def stage(self, items: list[TrainItem]) -> int:
+        self._staged.extend(items)
+        return len(self._staged)
+
+    def train_step(self) -> dict:
+        from .trainer import TrainBatch
+
+        items = sorted(self._staged, key=lambda x: x.sample_id)
+        self._staged = []
+        if not items:
+            raise RuntimeError(f"trainer rank {self.rank} got no sequences this step")
+        ref = None
+        if all(x.ref_logprobs is not None for x in items):
+            ref = tuple(x.ref_logprobs for x in items)
+        batch = TrainBatch(tuple(x.input_ids for x in items), tuple(x.prompt_len for x in items),
+                           tuple(x.advantage for x in items), None, ref)
+        t0 = time.perf_counter()
+        out = dict(self.trainer.train_step(batch))
+        out["seconds"] = time.perf_counter() - t0
+        out["sequences"] = len(items)
+        return out
+
+    def logprobs(self, input_ids: list, prompt_lens: list) -> list:
+        return self.trainer.logprobs(input_ids, prompt_lens)
+
+    def hf_state_dict(self) -> dict:
+        return self.trainer.hf_state_dict()
+
+    def node_id(self) -> str:
+        import ray
+        return ray.get_runtime_context().get_node_id()
+
+    def shutdown(self) -> None:
+        if self.trainer is not None:
+            self.trainer.shutdown()
+            self.trainer = None
+
+
+class ReferenceWorker:
+    """Frozen initial policy, HF forward in fp32; per-token log-probs of responses."""
+
+    def __init__(self, hf_path: str, device: str = "cpu"):
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        torch.set_num_threads(1) if device == "cpu" else None
+        self.device = device
+        self.model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device)
+        self.model.eval()
+
+    def logprobs(self, input_ids: list, prompt_lens: list) -> list:
+        import torch
+
+        out = []
+        with torch.no_grad():
+            for ids, p in zip(input_ids, prompt_lens):
+                x = torch.tensor([list(ids)], device=self.device)
+                lp = self.model(x).logits[0].float().log_softmax(-1)
+                tgt = x[0, p:]
+                out.append(lp[p - 1:len(ids) - 1].gather(1, tgt[:, None])[:, 0].tolist())
+        return out
