@@ -124,16 +124,6 @@ class _Evaluator:
                 self.progress(self.sims, plan.describe())
         return self.cache[key].step_times[0]
 
-    def reseed(self, cand: Candidate, seeds: int) -> Candidate:
-        times = list(cand.step_times)
-        for s in range(len(times), seeds):
-            tr = simulate(cand.plan, self.exp.workload, self.cost, seed=s, steps=self.steps,
-                          recorded=self.recorded)
-            self.sims += 1
-            times.append(summarize(tr).step_time_mean)
-            if self.progress:
-                self.progress(self.sims, f"{cand.plan.describe()} seed {s}")
-        return Candidate(cand.key, cand.plan, tuple(times), cand.stats, cand.trace)
 
 
 SLICE_GPUS = 64  # search clusters above 2x this on a 1/s slice (see `search`)
@@ -243,8 +233,9 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
     if factor == 1:
         found = _search_direct(exp, cost, space, exhaustive, progress, recorded)
         ev = found.evaluator
-        final = [ev.reseed(c, n_seeds) for c in _shortlist(list(ev.cache.values()), top)]
-        sims = ev.sims
+        short = _shortlist(list(ev.cache.values()), top)
+        final = _reseed_many(exp, cost, short, n_seeds, progress, ev.sims, recorded)
+        sims = ev.sims + sum(len(c.step_times) - 1 for c in final)
         slice_note = ""
     else:
         small = slice_experiment(exp, factor)
@@ -262,21 +253,20 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
                         slice_note)
 
 
-def _one(job: tuple[Plan, Workload, CostModel, int]) -> tuple[float, Optional[Trace]]:
-    plan, workload, cost, seed = job
-    trace = simulate(plan, workload, cost, seed=seed, steps=1)
+Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
+
+
+def _one(job: Job) -> tuple[float, Optional[Trace]]:
+    plan, workload, cost, seed, recorded = job
+    steps = len({s.step for s in recorded}) if recorded else 1
+    trace = simulate(plan, workload, cost, seed=seed, steps=steps, recorded=recorded)
     t = summarize(trace).step_time_mean
     return t, (trace if seed == 0 else None)
 
 
-def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int,
-                   progress: Optional[Progress], done: int) -> list[Candidate]:
-    """Simulate each placement over `seeds` seeds, spread over the machine's cores.
-
-    Independent simulations of large clusters dominate the planner's time; a fork-based
-    process pool runs them side by side (serially where only one core is available)."""
-    ev = _Evaluator(exp, cost)
-    jobs = [(ev.plan(k), exp.workload, cost, s) for k in keys for s in range(seeds)]
+def _run_jobs(jobs: list[Job], progress: Optional[Progress], done: int) -> list[tuple[float, Optional[Trace]]]:
+    """Run independent simulations side by side on the machine's cores (fork-based pool;
+    serial where there is one core or one job)."""
     workers = min(len(jobs), os.cpu_count() or 1, 8)
     results: list[tuple[float, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():
@@ -284,12 +274,32 @@ def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int
             for r in pool.imap(_one, jobs):
                 results.append(r)
                 if progress:
-                    progress(done + len(results), "full-size simulations")
+                    progress(done + len(results), "re-simulating the shortlist")
     else:
         for j in jobs:
             results.append(_one(j))
             if progress:
-                progress(done + len(results), "full-size simulations")
+                progress(done + len(results), "re-simulating the shortlist")
+    return results
+
+
+def _reseed_many(exp: Experiment, cost: CostModel, cands: list[Candidate], seeds: int,
+                 progress: Optional[Progress], done: int,
+                 recorded: Optional[Sequence[SampleRecord]]) -> list[Candidate]:
+    """Add seeds 1..seeds-1 to each candidate (which already has seed 0)."""
+    jobs = [(c.plan, exp.workload, cost, s, recorded) for c in cands for s in range(1, seeds)]
+    res = _run_jobs(jobs, progress, done) if jobs else []
+    k = seeds - 1
+    return [Candidate(c.key, c.plan, c.step_times + tuple(t for t, _ in res[i * k:(i + 1) * k]),
+                      c.stats, c.trace) for i, c in enumerate(cands)]
+
+
+def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int,
+                   progress: Optional[Progress], done: int) -> list[Candidate]:
+    """Simulate each placement over `seeds` seeds, side by side on the machine's cores."""
+    ev = _Evaluator(exp, cost)
+    jobs: list[Job] = [(ev.plan(k), exp.workload, cost, s, None) for k in keys for s in range(seeds)]
+    results = _run_jobs(jobs, progress, done)
     out = []
     for i, k in enumerate(keys):
         chunk = results[i * seeds:(i + 1) * seeds]
