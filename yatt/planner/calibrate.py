@@ -113,8 +113,9 @@ class Calibration:
             fit[f"in_sample.{e.phase.value}"] = round(e.in_sample, 5)
             if e.n_out:
                 fit[f"held_out.{e.phase.value}"] = round(e.held_out, 5)
-        return Profile(efficiency=self.efficiency, hardware=self.hardware, source=source,
-                       fit_error=fit)
+        fitted = {c.value: float(f"{getattr(self.efficiency, c.value):.6g}") for c in self.fitted}
+        return Profile(efficiency=self.efficiency.with_(**fitted), hardware=self.hardware,
+                       source=source, fit_error=fit)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""Replay: same plan reproduces the recorded step time; what-if rows; pandas frames."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from yatt.core import Mode, Phase, Trace
+from yatt.planner.costmodel import AnalyticCostModel
+from yatt.planner.frames import parquet_available, read_frames, trace_frames, write_parquet
+from yatt.planner.replay import renumbered, replay, what_if
+
+from _trace_helpers import TRUTH, synthetic_trace
+
+
+@pytest.fixture(scope="module")
+def trace() -> Trace:
+    return synthetic_trace(steps=3)
+
+
+def _cost(exp):
+    return AnalyticCostModel.for_experiment(exp, TRUTH)
+
+
+def test_replay_same_plan_reproduces_step_time(trace):
+    rep = replay(trace, _cost(trace.meta.plan.experiment))
+    assert rep.predicted_stats.step_time_mean == pytest.approx(rep.recorded_stats.step_time_mean, rel=0.01)
+    for row in rep.phases():
+        assert row.predicted_s == pytest.approx(row.recorded_s, rel=0.01), row
+
+
+def test_replay_maps_step_ids_back(trace):
+    shifted = Trace(trace.meta, tuple(dataclasses.replace(s, step=s.step + 5) for s in trace.samples),
+                    tuple(dataclasses.replace(s, step=s.step + 5) for s in trace.spans))
+    rep = replay(shifted, _cost(trace.meta.plan.experiment))
+    assert rep.steps == (5, 6, 7)
+    assert rep.predicted.steps() == [5, 6, 7]
+    assert {s.step for s in renumbered(shifted, [6])} == {0}
+    assert rep.predicted_stats.step_time_mean == pytest.approx(rep.recorded_stats.step_time_mean, rel=0.01)
+
+
+def test_replay_uses_recorded_lengths_not_resampled(trace):
+    exp = trace.meta.plan.experiment
+    other = dataclasses.replace(trace.meta, seed=trace.meta.seed + 99)
+    rep = replay(Trace(other, trace.samples, trace.spans), _cost(exp))
+    assert rep.predicted_stats.step_time_mean == pytest.approx(rep.recorded_stats.step_time_mean, rel=0.01)
+    assert [s.response_tokens for s in rep.predicted.samples] == [s.response_tokens for s in trace.samples]
+
+
+def test_what_if_other_mode_and_twice_the_gpus(trace):
+    rep = replay(trace, _cost(trace.meta.plan.experiment))
+    rows = what_if(trace, rep, _cost, sizes=[16, 32], modes=[Mode.COLOCATE, Mode.PARTIAL])
+    assert {(w.gpus, w.mode) for w in rows} == {(16, Mode.COLOCATE), (16, Mode.PARTIAL),
+                                                (32, Mode.COLOCATE), (32, Mode.PARTIAL)}
+    best16 = min(w.step_s for w in rows if w.gpus == 16)
+    assert best16 <= rep.predicted_stats.step_time_mean * 1.0001  # the search can only improve
+    for w in rows:
+        assert w.speedup == pytest.approx(rep.predicted_stats.step_time_mean / w.step_s)
+        assert w.plan.cluster.num_gpus == w.gpus
+
+
+def test_frames_per_kind(tmp_path, trace):
+    p = tmp_path / "t.jsonl.gz"
+    trace.write_jsonl(p)
+    f = read_frames(p)
+    assert set(f) == {"meta", "sample", "span"}
+    assert len(f["sample"]) == len(trace.samples) and len(f["span"]) == len(trace.spans)
+    assert f["meta"]["source"][0] == "simulated"
+    assert set(f["span"]["phase"]) >= {Phase.ROLLOUT.value, Phase.TRAIN.value}
+    assert (f["span"]["duration_s"] >= 0).all()
+    import pandas as pd
+
+    raw = pd.read_json(p, lines=True)  # the file itself is pandas-readable
+    assert (raw["kind"] == "sample").sum() == len(trace.samples)
+    assert trace_frames(trace)["sample"]["response_tokens"].sum() == sum(s.response_tokens for s in trace.samples)
+
+
+def test_parquet_export_or_clean_skip(tmp_path, trace):
+    out = write_parquet(trace, tmp_path)
+    if parquet_available():
+        assert out and all(p.exists() for p in out)
+    else:
+        assert out is None and not list(tmp_path.iterdir())
