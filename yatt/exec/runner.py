@@ -13,7 +13,7 @@ from typing import Optional
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Plan
-from yatt.core.roles import ReleasePolicy, RewardSource, Role
+from yatt.core.roles import Mode, ReleasePolicy, RewardSource, Role
 from yatt.core.trace import Trace
 
 from .controller import ControllerConfig, ControllerGroup
@@ -85,8 +85,16 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                 for i, d in enumerate(tp.devices)]
     addr, port = ray.get(trainers[0].address.remote())
     t = time.perf_counter()
-    ray.get([w.setup.remote(addr, port) for w in trainers])
+    setup = [w.setup.remote(addr, port) for w in trainers]
+    # Engines start while the trainers initialise (partial keeps both engine kinds up;
+    # colocate starts with the rollout engines only, unless everything stays resident).
+    first = [Role.ROLLOUT] + ([Role.GENRM] if Role.GENRM in engines and (
+        plan.mode is Mode.PARTIAL or release is Release.KEEP) else [])
+    starts = [e.acquire.remote() for r in first for e in engines[r]]
+    ray.get(setup)
     rec.extra["trainer_setup_s"] = round(time.perf_counter() - t, 3)
+    ray.get(starts)
+    rec.extra["engine_start_s"] = round(time.perf_counter() - t, 3)
     groups = [trainers[i:i + tp.tp] for i in range(0, len(trainers), tp.tp)]
     refs = []
     if a.use_reference and plan.has(Role.REFERENCE):
@@ -130,13 +138,6 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             paths[Role.GENRM] = str(resolve_model(exp.genrm, seed))
         placement = Placement(plan, worker_env(cpu))
         actors = _launch(plan, placement, paths, seed, cpu, release, rec)
-        # Engines up front: partial keeps both; colocate starts with the rollout engines.
-        from yatt.core.roles import Mode
-        first = [Role.ROLLOUT] + ([Role.GENRM] if genrm and (plan.mode is Mode.PARTIAL or
-                                                             release is Release.KEEP) else [])
-        t = time.perf_counter()
-        ray.get([e.acquire.remote() for r in first for e in actors.engines[r]])
-        rec.extra["engine_start_s"] = round(time.perf_counter() - t, 3)
         rec.extra["startup_s"] = round(time.time() - rec.t0, 3)
 
         def make_cfg(i: int, n: int) -> ControllerConfig:
