@@ -1,0 +1,82 @@
+"""Parallel controllers vs a single controller: driver peak memory and step throughput.
+
+Runs the CPU demo experiment (partial colocate, engines resident) with a 1 MB payload per
+prompt for K = 1, 2, 4 controllers in one Ray session, sampling the driver's RSS in a
+background thread. K=1 is the single-controller mode (the driver itself holds every
+prompt, payload and sample); K>1 moves them into controller actors.
+Writes bench/results/controllers.json and prints one summary line.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _peak_rss(stop: threading.Event, out: list) -> None:
+    import psutil
+    proc, peak = psutil.Process(), 0
+    while not stop.is_set():
+        peak = max(peak, proc.memory_info().rss)
+        time.sleep(0.02)
+    out.append(peak)
+
+
+def main(steps: int = 3, prompts: int = 32, payload_mb: float = 1.0) -> dict:
+    from yatt.core.config import load_experiment
+    from yatt.core.roles import Mode, ReleasePolicy
+    from yatt.exec.demo_plans import demo_plan
+    from yatt.exec.env import ensure_ray
+    from yatt.exec.runner import run_plan
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    wl = dataclasses.replace(exp.workload, prompts_per_step=prompts, samples_per_prompt=2,
+                             sample_payload_bytes=int(payload_mb * 2**20))
+    exp = dataclasses.replace(exp, workload=wl)
+    plan = demo_plan(exp, Mode.PARTIAL, release=ReleasePolicy.RESIDENT)
+    ensure_ray(plan.cluster.num_gpus)
+    import psutil
+    import ray
+    results = {}
+    for k in (1, 2, 4):
+        base = psutil.Process().memory_info().rss
+        stop, peak = threading.Event(), []
+        th = threading.Thread(target=_peak_rss, args=(stop, peak), daemon=True)
+        th.start()
+        tr = run_plan(plan, steps=steps, out_dir=Path(tempfile.mkdtemp()) / f"k{k}", seed=0,
+                      progress=False, controllers=k)
+        stop.set()
+        th.join()
+        times = tr.step_times()
+        steady = [times[s] for s in sorted(times)[1:]] or list(times.values())
+        results[f"K={k}"] = {
+            "controllers": k, "driver_peak_rss_mb": round(peak[0] / 2**20, 1),
+            "driver_peak_over_base_mb": round((peak[0] - base) / 2**20, 1),
+            "step_s": [round(times[s], 3) for s in sorted(times)],
+            "steady_step_s": round(sum(steady) / len(steady), 3),
+            "samples_per_s": round(wl.samples_per_step / (sum(steady) / len(steady)), 2)}
+    ray.shutdown()
+    out = {"bench": "controllers", "workload": {"prompts_per_step": prompts,
+                                                  "samples_per_prompt": 2,
+                                                  "payload_mb_per_prompt": payload_mb,
+                                                  "steps": steps},
+           "plan": plan.describe(), "machine": f"{os.cpu_count()} cpus, fake Ray GPUs",
+           "results": results}
+    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
+    (ROOT / "bench" / "results" / "controllers.json").write_text(json.dumps(out, indent=1))
+    print("controllers: " + "  ".join(
+        f"K={r['controllers']} driver+{r['driver_peak_over_base_mb']:.0f}MB "
+        f"{r['steady_step_s']:.2f}s/step" for r in results.values()))
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Pure executor pieces: controller shards and moments, release mapping, run checks."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from yatt.core.errors import InputError
+from yatt.core.roles import Mode, ReleasePolicy
+from yatt.exec.controller import Moments, shard
+from yatt.exec.demo_plans import demo_plan
+from yatt.exec.rollout import Release
+from yatt.exec.runner import check_runnable, effective_release
+from yatt.exec.task import step_prompts, step_samples
+
+
+def test_shards_cover_everything_once():
+    items = list(range(11))
+    for k in (1, 2, 3, 4):
+        parts = [shard(items, i, k) for i in range(k)]
+        assert sum(parts, []) == items
+        assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
+def test_moments_merge_equals_global_stats():
+    xs = [0.0, 1.0, 3.0, 7.0, 2.0]
+    parts = [xs[:2], xs[2:]]
+    m = sum((Moments(len(p), sum(p), sum(x * x for x in p)) for p in parts), Moments())
+    mean = sum(xs) / len(xs)
+    assert m.mean == pytest.approx(mean)
+    assert m.std == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)))
+
+
+def test_release_mapping_is_honest_on_cpu():
+    assert effective_release(ReleasePolicy.OFFLOAD, cpu=True) is Release.TEARDOWN
+    assert effective_release(ReleasePolicy.OFFLOAD, cpu=False) is Release.SLEEP
+    assert effective_release(ReleasePolicy.RESIDENT, cpu=True) is Release.KEEP
+
+
+def test_task_is_deterministic(demo_experiment):
+    wl = demo_experiment.workload
+    assert step_prompts(0, 1, wl) == step_prompts(0, 1, wl)
+    assert step_prompts(0, 1, wl) != step_prompts(0, 2, wl)
+    s = step_samples(0, 0, wl)
+    assert len(s) == wl.samples_per_step and len({x.seed for x in s}) == len(s)
+
+
+def test_check_runnable_rejects_clearly(demo_experiment):
+    plan = demo_plan(demo_experiment, Mode.COLOCATE)
+    check_runnable(plan, 2)
+    with pytest.raises(InputError, match="steps"):
+        check_runnable(plan, 0)
+    wl = dataclasses.replace(demo_experiment.workload, dynamic_sampling=True)
+    bad = demo_plan(dataclasses.replace(demo_experiment, workload=wl), Mode.PARTIAL)
+    with pytest.raises(InputError, match="dynamic sampling"):
+        check_runnable(bad, 1)
