@@ -55,7 +55,7 @@ def _check_logits(tmp_path, tp):
         with torch.no_grad():
             ref = hf(logit_ids()).logits
         diffs[arch.value] = (got[arch.value] - ref).abs().max().item()
-    assert max(diffs.values()) < 1e-4, diffs
+    assert max(diffs.values()) < 1e-5, diffs
     return diffs
 
 

@@ -55,3 +55,19 @@ def test_cpu_smoke_train_clip_checkpoint(tmp_path):
     assert all(m["skipped"] == 0.0 for m in res["metrics"])
     assert res["metrics"][0]["grad_norm"] > 1.0  # clip_grad=1.0 => the clip path ran
     assert (ckpt / "metadata.json").exists()
+
+
+def test_thread_mode_covers_other_threads(monkeypatch):
+    """Torch function modes are thread-local; the trainer's methods re-enter the mode."""
+    import threading
+    monkeypatch.setattr(megatron_shim, "_installed", True)
+    out = {}
+
+    @megatron_shim.on_any_thread
+    def make():
+        return torch.zeros(1, device="cuda").device.type
+
+    t = threading.Thread(target=lambda: out.update(dev=make()))
+    t.start()
+    t.join()
+    assert out["dev"] == "cpu"

@@ -20,6 +20,8 @@ upgrade that moves them fails loudly instead of silently leaving CUDA calls in p
 """
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import threading
 from collections import Counter
@@ -123,6 +125,29 @@ def install(device: str = "cpu") -> bool:
             setattr(mod, attr, _cpu_clip_grad_by_total_norm_fp32)
         _installed = True
         return True
+
+
+def thread_mode():
+    """Context that activates the device mode on the *current* thread if the shim is installed.
+
+    Torch function modes are thread-local: `install()` covers only the thread that called it.
+    Code that may run on other threads (Ray threaded actors, executors) enters this.
+    """
+    if not _installed:
+        return contextlib.nullcontext()
+    stack = torch.overrides._get_current_function_mode_stack()
+    if any(isinstance(m, CudaToCpuMode) for m in stack):
+        return contextlib.nullcontext()
+    return CudaToCpuMode()
+
+
+def on_any_thread(fn):
+    """Decorator: run fn under `thread_mode()` (no-op on CUDA machines)."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        with thread_mode():
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def missing_targets() -> list[str]:

@@ -148,6 +148,7 @@ class MegatronTrainer:
         return self.ddp(ids, pos, None)  # causal mask built inside; [b, s, v/tp]
 
     # ---------------------------------------------------------------- public API
+    @megatron_shim.on_any_thread
     @torch.no_grad()
     def logprobs(self, input_ids: Sequence[Sequence[int]], prompt_lens: Sequence[int]) -> list[list[float]]:
         """log p of each response token under the current weights (collective over TP)."""
@@ -163,6 +164,7 @@ class MegatronTrainer:
                 out[i] = lp[j, p - 1:n - 1].tolist()
         return out
 
+    @megatron_shim.on_any_thread
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
         """One optimizer step on this rank's batch; returns global (all-DP) metrics."""
         from megatron.core import parallel_state as ps
@@ -231,6 +233,7 @@ class MegatronTrainer:
                 return False
         return True
 
+    @megatron_shim.on_any_thread
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Full HF-named fp32 CPU weights, gathered over TP. Collective; every rank returns them."""
         from megatron.core import parallel_state as ps
@@ -254,6 +257,7 @@ class MegatronTrainer:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
+    @megatron_shim.on_any_thread
     def save_checkpoint(self, ckpt_dir: str) -> None:
         """Save model weights with `dist_checkpointing` (collective; resharding-capable).
 
@@ -263,6 +267,7 @@ class MegatronTrainer:
         os.makedirs(ckpt_dir, exist_ok=True)
         dist_checkpointing.save(self.model.sharded_state_dict(prefix=""), ckpt_dir)
 
+    @megatron_shim.on_any_thread
     def load_checkpoint(self, ckpt_dir: str) -> None:
         """Load weights saved by `save_checkpoint` (any TP size) into this rank's shard."""
         from megatron.core import dist_checkpointing
