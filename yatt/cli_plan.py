@@ -7,7 +7,6 @@ anything is written.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import time
 from pathlib import Path
 from typing import Optional
@@ -24,6 +23,7 @@ from yatt.planner.breakdown import role_facts
 from yatt.planner.costmodel import AnalyticCostModel, Efficiency
 from yatt.planner.explain import dp_text, peak_memory, why_winner
 from yatt.planner.search import SearchResult, search
+from yatt.planner.sizes import parse_gpu_sizes, resize
 
 
 def _gb(x: float) -> str:
@@ -127,30 +127,6 @@ def _efficiency(path: Optional[str]) -> Efficiency:
     return load_profile(path).efficiency
 
 
-def _parse_gpus(text: Optional[str], exp: Experiment) -> list[int]:
-    if not text:
-        return []
-    out = []
-    for part in text.split(","):
-        try:
-            g = int(part)
-        except ValueError:
-            raise InputError(f"got {part!r}; allowed: comma-separated integers", field="--gpus") from None
-        per = exp.cluster.gpus_per_node
-        if g < 1 or (g > per and g % per) or (g < per and per % g):
-            raise InputError(f"got {g}; allowed: a multiple of {per} GPUs per node (or a divisor "
-                             f"of it)", field="--gpus")
-        out.append(g)
-    return out
-
-
-def resize(exp: Experiment, gpus: int) -> Experiment:
-    per = exp.cluster.gpus_per_node
-    cluster = (dataclasses.replace(exp.cluster, nodes=gpus // per) if gpus >= per
-               else dataclasses.replace(exp.cluster, nodes=1, gpus_per_node=gpus))
-    return dataclasses.replace(exp, cluster=cluster)
-
-
 class _LazyProgress:
     """A progress display that appears only once the work has run for `after` seconds."""
 
@@ -239,7 +215,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     if args.top < 1:
         raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
     eff = _efficiency(args.profile)
-    sizes = _parse_gpus(args.gpus, exp)
+    sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = AnalyticCostModel.for_experiment(exp, eff)
     console = Console(width=max(Console().width, 140))
     console.print(_header(exp))

@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Optional
 
+from yatt.planner.sizes import parse_gpu_sizes
 from yatt.core.errors import InputError
 from yatt.core.roles import Mode
 from yatt.core.specs import ClusterSpec
@@ -66,21 +67,11 @@ def load_cluster(path: str) -> ClusterSpec:
 
 
 def parse_sizes(text: Optional[str], cluster: ClusterSpec) -> list[int]:
+    """--gpus sizes; without the flag: the recorded size and twice it."""
     if not text:
         n = cluster.num_gpus
         return [n, 2 * n]
-    out = []
-    per = cluster.gpus_per_node
-    for part in text.split(","):
-        try:
-            g = int(part)
-        except ValueError:
-            raise InputError(f"got {part!r}; allowed: comma-separated integers", field="--gpus") from None
-        if g < 1 or (g > per and g % per) or (g < per and per % g):
-            raise InputError(f"got {g}; allowed: a multiple of {per} GPUs per node (or a divisor "
-                             "of it)", field="--gpus")
-        out.append(g)
-    return sorted(set(out))
+    return parse_gpu_sizes(text, cluster)
 
 
 def _pct(x: float) -> str:

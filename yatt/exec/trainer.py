@@ -11,7 +11,6 @@ The loss is a token mean over *all* DP ranks' response tokens.
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from dataclasses import dataclass

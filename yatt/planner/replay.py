@@ -16,6 +16,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+from yatt.planner.sizes import resize
 from yatt.core.costmodel import CostModel
 from yatt.core.errors import InputError
 from yatt.core.plan import Experiment, Plan
@@ -117,19 +118,6 @@ def replay(trace: Trace, cost: CostModel, plan: Optional[Plan] = None) -> Replay
     pred = simulate_steps(trace, plan or trace.meta.plan, cost, steps)
     rec = _only_steps(trace, steps)
     return Replay(rec, pred, tuple(steps), summarize(rec), summarize(pred))
-
-
-def resize(exp: Experiment, gpus: int, cluster: Optional[ClusterSpec] = None) -> Experiment:
-    """`exp` on `gpus` devices of `cluster`'s kind (default: its own), whole nodes when
-    gpus >= a node, else one partial node."""
-    c = cluster or exp.cluster
-    per = c.gpus_per_node
-    if gpus >= per and gpus % per:
-        raise InputError(f"got {gpus}; allowed: a multiple of {per} GPUs per node (or a divisor "
-                         "of it)", field="--gpus")
-    c = (dataclasses.replace(c, nodes=gpus // per) if gpus >= per
-         else dataclasses.replace(c, nodes=1, gpus_per_node=gpus))
-    return dataclasses.replace(exp, cluster=c)
 
 
 @dataclass(frozen=True)
