@@ -60,7 +60,14 @@ def _add_calibrate(sub: argparse._SubParsersAction) -> None:
     add(sub)
 
 
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_plan, _add_replay, _add_calibrate]
+def _add_run(sub: argparse._SubParsersAction) -> None:
+    from yatt.cli_run import add_run  # light: the executor is imported only when run
+
+    add_run(sub)
+
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_plan, _add_run, _add_replay,
+                                                               _add_calibrate]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -67,16 +67,17 @@ def placement_space(exp: Experiment) -> Space:
     gpu = exp.cluster.gpu
     problems: list[str] = []
     notes: list[str] = []
-    r_tps, n = _engine_tps(exp, exp.actor, Role.ROLLOUT, _max_seq(exp), choices)
+    engine_choices = tuple(sorted(set(exp.search.engine_tps)))
+    r_tps, n = _engine_tps(exp, exp.actor, Role.ROLLOUT, _max_seq(exp), engine_choices)
     notes += n
     if not r_tps:
-        problems.append(_no_fit(exp.actor, "rollout", gpu.name, gpu.hbm_gb, choices, exp))
+        problems.append(_no_fit(exp.actor, "rollout", gpu.name, gpu.hbm_gb, engine_choices, exp))
     g_tps: tuple[int, ...] = ()
     if exp.genrm is not None:
-        g_tps, n = _engine_tps(exp, exp.genrm, Role.GENRM, _genrm_seq(exp), choices)
+        g_tps, n = _engine_tps(exp, exp.genrm, Role.GENRM, _genrm_seq(exp), engine_choices)
         notes += n
         if not g_tps:
-            problems.append(_no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, choices, exp))
+            problems.append(_no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, engine_choices, exp))
     t_tps = []
     for tp in choices:
         if not _legal_tp(exp.actor, tp, exp):

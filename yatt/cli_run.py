@@ -1,0 +1,122 @@
+"""`yatt run`: plan (if given an experiment), execute on Ray, then say how well the
+simulator predicted what happened.
+
+Why: the executor (yatt.exec) imports only core; choosing a placement (planner) and
+comparing prediction with measurement (sim) happen here, on top.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from yatt.core.config import is_plan_file, load_experiment, load_plan
+from yatt.core.errors import InputError
+from yatt.core.plan import Experiment, Plan
+from yatt.core.roles import Mode
+
+DEMO_CONFIG = "configs/demo-cpu.yaml"
+# The executor runs one inference engine per device (vLLM TP=1); training may use TP.
+EXECUTOR_ENGINE_TPS = (1,)
+
+
+def _demo_config() -> Path:
+    here = Path(DEMO_CONFIG)
+    if here.is_file():
+        return here
+    return Path(__file__).resolve().parents[1] / DEMO_CONFIG
+
+
+def _mode(text: Optional[str]) -> Optional[Mode]:
+    if text is None:
+        return None
+    try:
+        return Mode(text)
+    except ValueError:
+        raise InputError(f"got {text!r}; allowed: colocate|partial", field="--mode") from None
+
+
+def plan_for_run(exp: Experiment, mode: Optional[Mode], cost, console: Console) -> Plan:
+    """The planner's best placement that this executor can run (optionally forcing a mode)."""
+    from yatt.planner.search import search
+
+    s = exp.search
+    s = dataclasses.replace(s, engine_tp_choices=EXECUTOR_ENGINE_TPS,
+                            modes=(mode,) if mode else s.modes)
+    exp = dataclasses.replace(exp, search=s)
+    result = search(exp, cost, top=3)
+    best = result.best
+    console.print(f"planned: {best.plan.describe()} (predicted {best.mean:.2f} s/step"
+                  + (f"; best {o.plan.mode.value}: {o.mean:.2f} s" if (o := result.best_of(
+                      Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL)) else "")
+                  + ")")
+    return best.plan
+
+
+def fidelity_report(console: Console, trace, cost) -> None:
+    """Predicted (simulator, replaying the measured lengths) vs measured, per phase."""
+    from yatt.cli_replay import phase_table
+    from yatt.planner.replay import replay
+
+    rep = replay(trace, cost)
+    console.print(phase_table(rep))
+    console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
+                  f"{rep.recorded_stats.step_time_mean:.2f} s/step ({rep.step_error * 100:+.1f}%)")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from yatt.cli_plan import _efficiency
+    from yatt.planner.costmodel import AnalyticCostModel
+
+    src = Path(args.target) if args.target else _demo_config()
+    if args.steps < 1:
+        raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    mode = _mode(args.mode)
+    eff = _efficiency(args.profile)
+    console = Console()
+    if is_plan_file(src):
+        plan = load_plan(src)
+        if mode is not None and mode is not plan.mode:
+            raise InputError(f"{src} is a {plan.mode.value} plan; --mode applies to experiment "
+                             "configs (re-plan with `yatt plan`)", field="--mode")
+        cost = AnalyticCostModel.for_experiment(plan.experiment, eff)
+    else:
+        exp = load_experiment(src)
+        cost = AnalyticCostModel.for_experiment(exp, eff)
+        try:
+            plan = plan_for_run(exp, mode, cost, console)
+        except InputError as e:
+            raise e.within(file=str(src)) from None
+    try:
+        from yatt.exec.runner import check_runnable, run_plan
+    except ImportError as e:  # the light install has no executor
+        raise InputError(f"the executor needs the exec extra ({e.name} is missing); allowed: "
+                         "`bash scripts/install.sh exec`", field="yatt run") from None
+    check_runnable(plan, args.steps)
+    out = Path(args.out)
+    trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
+                     progress=not args.no_progress, ray_address=args.address)
+    from yatt.sim.gantt import plot_gantt
+
+    plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
+    fidelity_report(console, trace, cost)
+    console.print(f"run dir: {out} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
+    return 0
+
+
+def add_run(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="execute a plan on Ray (Megatron + vLLM) and record a trace",
+                       description="Run a plan.yaml, or plan an experiment and run the winner. "
+                                   f"With no argument: the CPU demo ({DEMO_CONFIG}).")
+    p.add_argument("target", nargs="?", default=None, help="plan.yaml or experiment YAML")
+    p.add_argument("--steps", type=int, default=2, help="RL steps to run (default: 2)")
+    p.add_argument("--out", default="out/run", help="run directory (default: out/run)")
+    p.add_argument("--mode", default=None, help="force colocate|partial (experiment configs only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--address", default=None, help="join an existing Ray cluster (ray://... or host:port)")
+    p.add_argument("--profile", default=None, help="profile.yaml for the predictions")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=run_command)
