@@ -1,0 +1,109 @@
+"""`from yatt import Trainer`: the Python quick start, as a thin layer over plan + executor.
+
+Why: WeChat-YATT documents a three-line Python entry point; this mirrors it without a
+second code path. It builds an Experiment, lets the planner choose (or forces) the
+placement, and hands the Plan to the same `run_plan` that `yatt run` uses.
+
+    from yatt import Trainer
+    trainer = Trainer(actor_model="path/to/hf_actor", reward_model="path/to/hf_genrm",
+                      strategy="auto")            # or "colocate" | "partial_colocate"
+    trace = trainer.train(dataset="arith", batch_size=8, ppo_epochs=1, steps=2)
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Optional, Union
+
+from yatt.core import catalog
+from yatt.core.config import load_experiment, read_yaml
+from yatt.core.errors import InputError
+from yatt.core.hfspec import model_spec_from_hf
+from yatt.core.plan import Experiment, Plan, SearchSpec
+from yatt.core.roles import AlgoName, Mode, RewardSource
+from yatt.core.schema import from_dict
+from yatt.core.specs import AlgoSpec, ClusterSpec, LengthDist, ModelSpec, Workload
+from yatt.core.roles import DistKind
+
+STRATEGIES = {"auto": None, "colocate": Mode.COLOCATE, "partial_colocate": Mode.PARTIAL}
+DATASETS = ("arith",)  # built-in prompt sets the executor can serve
+
+
+def _model(ref: Union[str, Path, ModelSpec], what: str) -> ModelSpec:
+    if isinstance(ref, ModelSpec):
+        return ref
+    p = Path(ref)
+    if p.is_dir():
+        return model_spec_from_hf(p)
+    if p.suffix in (".yaml", ".yml"):
+        return from_dict(ModelSpec, read_yaml(p))
+    try:
+        return catalog.model(str(ref))
+    except InputError as e:
+        raise InputError(e.message + " or a Hugging Face checkpoint directory", field=what) from None
+
+
+def _cluster(ref: Union[None, str, Path, ClusterSpec]) -> ClusterSpec:
+    if isinstance(ref, ClusterSpec):
+        return ref
+    if ref is None:  # the local CPU "cluster" of the demo
+        return load_experiment(Path(__file__).resolve().parents[1] / "configs/demo-cpu.yaml").cluster
+    data = read_yaml(ref)
+    if isinstance(data, dict) and isinstance(data.get("gpu"), str):
+        data = {**data, "gpu": dataclasses.asdict(catalog.gpu(data["gpu"]))}
+    return from_dict(ClusterSpec, data)
+
+
+class Trainer:
+    """Plan and run GRPO with a generative (or rule) reward on a cluster."""
+
+    def __init__(self, actor_model: Union[str, Path, ModelSpec],
+                 reward_model: Union[None, str, Path, ModelSpec] = None, strategy: str = "auto",
+                 cluster: Union[None, str, Path, ClusterSpec] = None, *, samples_per_prompt: int = 4,
+                 max_new_tokens: int = 16, out_dir: Union[str, Path] = "out/trainer", seed: int = 0) -> None:
+        if strategy not in STRATEGIES:
+            raise InputError(f"got {strategy!r}; allowed: {'|'.join(STRATEGIES)}", field="strategy")
+        self.mode: Optional[Mode] = STRATEGIES[strategy]
+        self.actor = _model(actor_model, "actor_model")
+        self.genrm = _model(reward_model, "reward_model") if reward_model is not None else None
+        self.cluster = _cluster(cluster)
+        self.samples_per_prompt = samples_per_prompt
+        self.max_new_tokens = max_new_tokens
+        self.out_dir = Path(out_dir)
+        self.seed = seed
+
+    def experiment(self, batch_size: int, ppo_epochs: int = 1) -> Experiment:
+        w = Workload(prompts_per_step=batch_size, samples_per_prompt=self.samples_per_prompt,
+                     prompt_len=LengthDist(DistKind.CONST, 12),
+                     response_len=LengthDist(DistKind.UNIFORM, min=1, max=self.max_new_tokens),
+                     genrm_template_tokens=8, genrm_output_len=LengthDist(DistKind.CONST, 4))
+        algo = AlgoSpec(name=AlgoName.GRPO, ppo_epochs=ppo_epochs, lr=1e-4, micro_batch_tokens=512,
+                        recompute=False, distributed_optimizer=False,
+                        reward=RewardSource.GENRM if self.genrm else RewardSource.RULE)
+        search = SearchSpec(modes=(self.mode,) if self.mode else (Mode.COLOCATE, Mode.PARTIAL),
+                            tp_choices=(1, 2), seeds=1)
+        return Experiment("python-api", self.cluster, self.actor, w, genrm=self.genrm, algo=algo,
+                          search=search)
+
+    def plan(self, batch_size: int = 8, ppo_epochs: int = 1) -> Plan:
+        """The placement `train` would use (the planner's best that this executor runs)."""
+        from rich.console import Console
+
+        from yatt.cli_run import plan_for_run
+        from yatt.planner.costmodel import AnalyticCostModel
+
+        exp = self.experiment(batch_size, ppo_epochs)
+        return plan_for_run(exp, self.mode, AnalyticCostModel.for_experiment(exp), Console())
+
+    def train(self, dataset: str = "arith", batch_size: int = 8, ppo_epochs: int = 1, steps: int = 2,
+              progress: bool = True):
+        """Run `steps` RL steps; returns the measured Trace (also written to out_dir)."""
+        if dataset not in DATASETS:
+            raise InputError(f"got {dataset!r}; allowed: {'|'.join(DATASETS)}", field="dataset")
+        if ppo_epochs != 1:
+            raise InputError(f"got {ppo_epochs}; allowed: 1 (the executor trains one on-policy "
+                             "epoch per step)", field="ppo_epochs")
+        from yatt.exec.runner import run_plan
+
+        plan = self.plan(batch_size, ppo_epochs)
+        return run_plan(plan, steps=steps, out_dir=self.out_dir, seed=self.seed, progress=progress)
