@@ -1,29 +1,21 @@
-"""Hand-built plans for the CPU demo experiment (2 devices), one per placement mode.
+"""Plans for the CPU demo experiment (2 devices), one per placement mode.
 
 Why: tests, the controllers benchmark and `yatt run` on an experiment file without a
-planner need a valid plan for a small cluster. These follow the issue's examples:
-colocate puts every role on every device; partial splits rollout and GenRM.
+planner need a valid plan for a small cluster: colocate puts every role on every device;
+partial gives the first half of the devices to rollout and the rest to the GenRM.
 """
 from __future__ import annotations
 
-from yatt.core.plan import Experiment, Plan, RolePlacement
-from yatt.core.roles import Mode, ReleasePolicy, Role
+from yatt.core.layout import make_plan
+from yatt.core.plan import Experiment, Plan
+from yatt.core.roles import Mode, ReleasePolicy
 
 
 def demo_plan(exp: Experiment, mode: Mode, *, release: ReleasePolicy = ReleasePolicy.TEARDOWN,
               controllers: int = 1) -> Plan:
-    """Colocate: all roles on all devices. Partial: rollout on the first half of the
-    devices, GenRM on the rest; trainer and reference on all."""
+    """The demo's plan for `mode` (TP 1 everywhere), built by the shared `make_plan`."""
     n = exp.cluster.num_gpus
-    every = tuple(range(n))
-    if mode is Mode.COLOCATE:
-        gen = {Role.ROLLOUT: every, Role.GENRM: every}
-    else:
-        if n < 2:
-            raise ValueError("partial colocate needs at least 2 devices")
-        gen = {Role.ROLLOUT: every[:n // 2], Role.GENRM: every[n // 2:]}
-    places = [RolePlacement(Role.ROLLOUT, gen[Role.ROLLOUT])]
-    if exp.genrm is not None:
-        places.append(RolePlacement(Role.GENRM, gen[Role.GENRM]))
-    places += [RolePlacement(Role.TRAINER, every), RolePlacement(Role.REFERENCE, every)]
-    return Plan(mode, tuple(places), exp, release=release, controllers=controllers)
+    if mode is Mode.PARTIAL and n < 2:
+        raise ValueError("partial colocate needs at least 2 devices")
+    return make_plan(exp, mode, rollout_devices=n // 2 if mode is Mode.PARTIAL else None,
+                     release=release, controllers=controllers)

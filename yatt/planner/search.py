@@ -31,7 +31,7 @@ from yatt.core.roles import Mode
 from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
 from yatt.sim.metrics import StepStats, summarize
-from yatt.sim.plans import make_plan
+from yatt.core.layout import make_plan
 from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space

@@ -3,7 +3,7 @@
 Imports only yatt.core, simpy and numpy (matplotlib lazily, inside `gantt.plot_gantt`).
 """
 from .metrics import StepStats, summarize
-from .plans import make_plan
+from yatt.core.layout import make_plan
 from .simulate import simulate
 
 __all__ = ["simulate", "summarize", "StepStats", "make_plan"]

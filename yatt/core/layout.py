@@ -1,15 +1,17 @@
 """`make_plan`: build a valid Plan for a mode from an Experiment and a few knobs.
 
-Why: tests, the benchmark and the planner's search all need Plans; spelling out the
-RolePlacements by hand is error-prone (roles that must exist, disjoint sets in partial
-colocate, TP groups inside a node). Pure, imports core only.
+Why: the planner's search, the executor's demo plans, tests and benchmarks all need
+Plans; spelling out the RolePlacements by hand is error-prone (roles that must exist,
+disjoint sets in partial colocate, TP groups inside a node). Pure; lives in core so the
+simulator and the executor share it.
 """
 from __future__ import annotations
 
 from typing import Optional
 
-from yatt.core import Experiment, InputError, Mode, Plan, RewardSource, Role, RolePlacement
-from yatt.core.roles import BalanceCost, BalancePolicy, ReleasePolicy
+from .errors import InputError
+from .plan import Experiment, Plan, RolePlacement
+from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 
 
 def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[int] = None,
