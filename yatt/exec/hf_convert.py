@@ -55,51 +55,55 @@ def _split_qkv(qkv, spec: ModelSpec):
     return (q.reshape(spec.heads * d, *rest), k.reshape(g * d, *rest), v.reshape(g * d, *rest))
 
 
+# One-to-one renames (HF name -> megatron name); the fused QKV and gate/up are handled apart.
+_TOP = (("model.embed_tokens.weight", "embedding.word_embeddings.weight"),
+        ("model.norm.weight", "decoder.final_layernorm.weight"))
+_LAYER = (("self_attn.o_proj.weight", "self_attention.linear_proj.weight"),
+          ("input_layernorm.weight", "input_layernorm.weight"),
+          ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight"),
+          ("mlp.down_proj.weight", "mlp.linear_fc2.weight"))
+_QKV = ("q_proj", "k_proj", "v_proj")
+
+
+def _renames(spec: ModelSpec) -> list[tuple[str, str]]:
+    pairs = list(_TOP)
+    if not spec.tied_embeddings:
+        pairs.append(("lm_head.weight", "output_layer.weight"))
+    for i in range(spec.layers):
+        h, m = f"model.layers.{i}.", _L.format(i=i)
+        pairs += [(h + a, m + b) for a, b in _LAYER]
+    return pairs
+
+
+def _qkv_kinds(arch: Arch) -> tuple[str, ...]:
+    return ("weight", "bias") if arch is Arch.QWEN2 else ("weight",)
+
+
 def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
     """HF-named tensors -> full (unsharded) megatron-named tensors."""
     arch = Arch(arch)
-    out = {"embedding.word_embeddings.weight": hf["model.embed_tokens.weight"],
-           "decoder.final_layernorm.weight": hf["model.norm.weight"]}
-    if not spec.tied_embeddings:
-        out["output_layer.weight"] = hf["lm_head.weight"]
+    out = {mg: hf[name] for name, mg in _renames(spec)}
     for i in range(spec.layers):
         h, m = f"model.layers.{i}.", _L.format(i=i)
-        a = h + "self_attn."
-        out[m + "self_attention.linear_qkv.weight"] = _fuse_qkv(
-            hf[a + "q_proj.weight"], hf[a + "k_proj.weight"], hf[a + "v_proj.weight"], spec)
-        if arch is Arch.QWEN2:
-            out[m + "self_attention.linear_qkv.bias"] = _fuse_qkv(
-                hf[a + "q_proj.bias"], hf[a + "k_proj.bias"], hf[a + "v_proj.bias"], spec)
-        out[m + "self_attention.linear_proj.weight"] = hf[a + "o_proj.weight"]
-        out[m + "input_layernorm.weight"] = hf[h + "input_layernorm.weight"]
-        out[m + "pre_mlp_layernorm.weight"] = hf[h + "post_attention_layernorm.weight"]
+        for kind in _qkv_kinds(arch):
+            out[m + f"self_attention.linear_qkv.{kind}"] = _fuse_qkv(
+                *(hf[h + f"self_attn.{p}.{kind}"] for p in _QKV), spec)
         out[m + _FC1] = torch.cat([hf[h + "mlp.gate_proj.weight"], hf[h + "mlp.up_proj.weight"]])
-        out[m + "mlp.linear_fc2.weight"] = hf[h + "mlp.down_proj.weight"]
     return {k: v.contiguous() for k, v in out.items()}
 
 
 def megatron_to_hf(mg: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
     """Full megatron-named tensors -> HF-named tensors (lm_head omitted when tied)."""
     arch = Arch(arch)
-    out = {"model.embed_tokens.weight": mg["embedding.word_embeddings.weight"],
-           "model.norm.weight": mg["decoder.final_layernorm.weight"]}
-    if not spec.tied_embeddings:
-        out["lm_head.weight"] = mg["output_layer.weight"]
+    out = {name: mg[m] for name, m in _renames(spec)}
     for i in range(spec.layers):
         h, m = f"model.layers.{i}.", _L.format(i=i)
-        a = h + "self_attn."
-        q, k, v = _split_qkv(mg[m + "self_attention.linear_qkv.weight"], spec)
-        out.update({a + "q_proj.weight": q, a + "k_proj.weight": k, a + "v_proj.weight": v})
-        if arch is Arch.QWEN2:
-            q, k, v = _split_qkv(mg[m + "self_attention.linear_qkv.bias"], spec)
-            out.update({a + "q_proj.bias": q, a + "k_proj.bias": k, a + "v_proj.bias": v})
-        out[a + "o_proj.weight"] = mg[m + "self_attention.linear_proj.weight"]
-        out[h + "input_layernorm.weight"] = mg[m + "input_layernorm.weight"]
-        out[h + "post_attention_layernorm.weight"] = mg[m + "pre_mlp_layernorm.weight"]
+        for kind in _qkv_kinds(arch):
+            parts = _split_qkv(mg[m + f"self_attention.linear_qkv.{kind}"], spec)
+            out.update({h + f"self_attn.{p}.{kind}": t for p, t in zip(_QKV, parts)})
         gate, up = torch.chunk(mg[m + _FC1], 2, dim=0)
         out[h + "mlp.gate_proj.weight"] = gate
         out[h + "mlp.up_proj.weight"] = up
-        out[h + "mlp.down_proj.weight"] = mg[m + "mlp.linear_fc2.weight"]
     return {k: v.contiguous() for k, v in out.items()}
 
 
