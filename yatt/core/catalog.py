@@ -10,7 +10,7 @@ from importlib import resources
 from typing import Any
 
 from .errors import InputError
-from .schema import from_dict
+from .schema import from_dict, show
 from .specs import GpuSpec, ModelSpec
 
 
@@ -32,13 +32,13 @@ def model_names() -> list[str]:
 def gpu(name: str) -> GpuSpec:
     raw = _raw("gpus.yaml")
     if name not in raw:
-        raise InputError(f"unknown GPU {name!r}; allowed: {'|'.join(raw)}")
+        raise InputError(f"unknown GPU {show(name)}; allowed: {'|'.join(raw)}")
     return from_dict(GpuSpec, {"name": name, **raw[name]})
 
 
 def model(name: str) -> ModelSpec:
     raw = _raw("models.yaml")
     if name not in raw:
-        raise InputError(f"unknown model {name!r}; allowed: {'|'.join(raw)} "
+        raise InputError(f"unknown model {show(name)}; allowed: {'|'.join(raw)} "
                          "or a path to a model .yaml")
     return from_dict(ModelSpec, {"name": name, **raw[name]})

@@ -17,7 +17,7 @@ import yaml
 from . import catalog
 from .errors import InputError
 from .plan import Experiment, Plan
-from .schema import from_dict, to_dict
+from .schema import from_dict, show, to_dict
 
 _YAML_SUFFIXES = (".yaml", ".yml")
 
@@ -36,33 +36,70 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
-def parse_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)
+class YamlInputError(InputError, yaml.YAMLError):
+    """Bad YAML text: an `InputError` (one line, exit 2) that is also a `yaml.YAMLError`,
+    so code written against PyYAML's error type keeps working."""
 
 
-def read_yaml(path: str | Path) -> Any:
-    path = Path(path)
-    if not path.exists():
-        raise InputError("no such file", file=str(path))
-    if not path.is_file():
-        raise InputError("not a file", file=str(path))
+def parse_yaml(text: str, file: str = "") -> Any:
+    """YAML text to plain data; any problem with the text is an `InputError`.
+
+    Besides syntax errors this covers what PyYAML raises on hostile text outside its own
+    error type: ints past Python's digit limit and impossible dates (ValueError) and
+    nesting deeper than the parser can recurse (RecursionError)."""
     try:
-        with open(path) as f:
-            return yaml.load(f, Loader=_Loader)
+        return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else ""
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
-        raise InputError(f"invalid YAML: {problem}", field=where, file=str(path)) from None
-    except UnicodeDecodeError:
-        raise InputError("not a UTF-8 text file", file=str(path)) from None
+        raise YamlInputError(f"invalid YAML: {problem}", field=where, file=file) from None
+    except RecursionError:
+        raise YamlInputError("invalid YAML: nested too deeply", file=file) from None
+    except (ValueError, OverflowError) as e:
+        raise YamlInputError(f"invalid YAML value: {_why(e)}", file=file) from None
+
+
+def _why(e: Exception) -> str:
+    """A short reason for a ValueError/OverflowError raised while parsing."""
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    if "integer string conversion" in text:
+        return "an integer with more than 4300 digits"
+    return text[:120]
+
+
+def read_yaml(path: str | Path) -> Any:
+    """Read and parse a YAML file; a missing, unreadable or non-UTF-8 file is an `InputError`."""
+    path = Path(path)
+    try:
+        if not path.exists():
+            raise InputError("no such file", file=str(path))
+        if not path.is_file():
+            raise InputError("not a file", file=str(path))
+        raw = path.read_bytes()
+    except OSError as e:  # permissions, a name too long, ...
+        raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a UTF-8 text file (byte {e.start})", file=str(path)) from None
+    return parse_yaml(text, file=str(path))
 
 
 def _mapping(data: Any, file: Path, field: str = "") -> dict[str, Any]:
+    if data is None:
+        raise InputError("empty document; allowed: a mapping", field=field, file=str(file))
     if not isinstance(data, dict):
-        raise InputError(f"got {type(data).__name__}; allowed: a mapping", field=field,
+        raise InputError(f"got a {type(data).__name__}; allowed: a mapping", field=field,
                          file=str(file))
     return data
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long, an embedded NUL, ...
+        return False
 
 
 def _ref(value: Any, base: Path, field: str, by_name: Callable[[str], Any],
@@ -71,8 +108,9 @@ def _ref(value: Any, base: Path, field: str, by_name: Callable[[str], Any],
     if isinstance(value, str):
         if value.endswith(_YAML_SUFFIXES):
             path = (base / value) if not os.path.isabs(value) else Path(value)
-            if not path.is_file():
-                raise InputError(f"file {value!r} not found (looked in {path.parent})", field=field)
+            if not _is_file(path):
+                raise InputError(f"file {show(value)} not found (looked in {show(str(path.parent))})",
+                                 field=field)
             data = _mapping(read_yaml(path), path)
             return (expand(data, path.parent) if expand else data), path
         try:
@@ -94,11 +132,10 @@ def _model_dict(value: Any, base: Path, field: str) -> Any:
 
 
 def _cluster_dict(data: dict, base: Path) -> dict:
-    if "gpu" in data and isinstance(data["gpu"], str) and not data["gpu"].endswith(_YAML_SUFFIXES):
-        try:
-            data = {**data, "gpu": to_dict(catalog.gpu(data["gpu"]))}
-        except InputError as e:
-            raise InputError(e.message, field="gpu") from None
+    """A cluster's `gpu` may be a catalog name or a path to a GPU .yaml (relative to `base`)."""
+    if "gpu" in data:
+        gpu, _ = _ref(data["gpu"], base, "gpu", lambda n: to_dict(catalog.gpu(n)))
+        data = {**data, "gpu": gpu}
     return data
 
 
@@ -110,7 +147,7 @@ def experiment_from_mapping(data: Any, base: Path, file: str = "") -> Experiment
             c, cbase = _ref(data["cluster"], base, "cluster", lambda n: _no_catalog("cluster", n))
             if isinstance(c, dict):
                 try:
-                    c = _cluster_dict(c, cbase)
+                    c = _cluster_dict(c, cbase if cbase.is_dir() else cbase.parent)
                 except InputError as e:
                     raise e.within(prefix="cluster") from None
             data["cluster"] = c
@@ -126,7 +163,7 @@ def experiment_from_mapping(data: Any, base: Path, file: str = "") -> Experiment
 
 
 def _no_catalog(kind: str, name: str) -> Any:
-    raise InputError(f"got {name!r}; allowed: a path to a {kind} .yaml file or an inline mapping")
+    raise InputError(f"got {show(name)}; allowed: a path to a {kind} .yaml file or an inline mapping")
 
 
 def load_experiment(path: str | Path) -> Experiment:

@@ -132,6 +132,10 @@ class Plan:
             if r not in roles:
                 raise InputError(f"no placement for role {r.value}; allowed roles: "
                                  + "|".join(x.value for x in needed), field="placements")
+        if Role.GENRM in roles and self.experiment.genrm is None:
+            raise InputError("a genrm placement but the experiment has no genrm model; allowed: "
+                             "set experiment.genrm, or drop the genrm placement",
+                             field=f"placements[{roles.index(Role.GENRM)}].role")
         for i, p in enumerate(self.placements):
             for d in p.devices:
                 if not 0 <= d < cluster.num_gpus:

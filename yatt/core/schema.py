@@ -11,6 +11,8 @@ Constraints live in field metadata, built with `spec_field(...)`:
 from __future__ import annotations
 
 import dataclasses
+import math
+import reprlib
 import types
 import typing
 from enum import Enum
@@ -20,6 +22,32 @@ from .errors import InputError
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
+INT_LIMIT = 2**63  # ints must fit in int64: numpy, JSON consumers and the simulator assume it
+
+
+class _Short(reprlib.Repr):
+    """A bounded repr: hostile values (huge, deeply nested, self-referencing, aliased a
+    billion times) must not make an error message long, slow or crash."""
+
+    def repr_int(self, x: int, level: int) -> str:
+        if abs(x) >= 10**30:
+            return f"an integer of about {int(x.bit_length() * 0.30103)} digits"
+        return repr(x)
+
+
+_SHORT = _Short()
+_SHORT.maxstring = 60
+_SHORT.maxother = 60
+_SHORT.maxlist = _SHORT.maxtuple = _SHORT.maxset = _SHORT.maxdict = 4
+_SHORT.maxlevel = 2
+
+
+def show(value: Any) -> str:
+    """`repr(value)`, cut short for error messages."""
+    try:
+        return _SHORT.repr(value)
+    except Exception:  # a repr that fails must not hide the real error
+        return f"a {type(value).__name__}"
 
 
 def spec_field(default: Any = _MISSING, *, ge: float | None = None, gt: float | None = None,
@@ -57,6 +85,11 @@ def _range_text(meta: Mapping[str, Any]) -> str:
     return " and ".join(bits)
 
 
+def _key(k: Any) -> str:
+    """A mapping key as a field-path segment (bounded, so junk keys keep the line short)."""
+    return k if isinstance(k, str) and len(k) <= 60 else show(k)
+
+
 def _check_range(value: Any, meta: Mapping[str, Any], field: str) -> None:
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return
@@ -72,7 +105,7 @@ def _check_range(value: Any, meta: Mapping[str, Any], field: str) -> None:
     if value != value:  # NaN
         ok = False
     if not ok:
-        raise InputError(f"got {value!r}; allowed: a number {_range_text(meta)}", field=field)
+        raise InputError(f"got {show(value)}; allowed: a number {_range_text(meta)}", field=field)
 
 
 def _convert(tp: Any, value: Any, field: str) -> Any:
@@ -93,23 +126,23 @@ def _convert(tp: Any, value: Any, field: str) -> Any:
                 errors.append(e)
         if len(errors) == 1:
             raise errors[0]
-        raise InputError(f"got {value!r}; allowed: {_type_name(tp)}", field=field)
+        raise InputError(f"got {show(value)}; allowed: {_type_name(tp)}", field=field)
     if tp is type(None):
         if value is not None:
-            raise InputError(f"got {value!r}; allowed: null", field=field)
+            raise InputError(f"got {show(value)}; allowed: null", field=field)
         return None
     if isinstance(tp, type) and issubclass(tp, Enum):
         try:
             return tp(value)
-        except ValueError:
-            raise InputError(f"got {value!r}; allowed: {_type_name(tp)}", field=field) from None
+        except (ValueError, TypeError):
+            raise InputError(f"got {show(value)}; allowed: {_type_name(tp)}", field=field) from None
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
             return value
         return from_dict(tp, value, _path=field)
     if origin is tuple:
         if not isinstance(value, (list, tuple)):
-            raise InputError(f"got {type(value).__name__} {value!r}; allowed: a list", field=field)
+            raise InputError(f"got {type(value).__name__} {show(value)}; allowed: a list", field=field)
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
             return tuple(_convert(args[0], v, f"{field}[{i}]") for i, v in enumerate(value))
@@ -120,24 +153,33 @@ def _convert(tp: Any, value: Any, field: str) -> Any:
         if not isinstance(value, Mapping):
             raise InputError(f"got {type(value).__name__}; allowed: a mapping", field=field)
         kt, vt = typing.get_args(tp)
-        return {_convert(kt, k, f"{field}.{k}"): _convert(vt, v, f"{field}.{k}") for k, v in value.items()}
+        return {_convert(kt, k, f"{field}.{_key(k)}"): _convert(vt, v, f"{field}.{_key(k)}")
+                for k, v in value.items()}
     if tp is bool:
         if not isinstance(value, bool):
-            raise InputError(f"got {value!r}; allowed: true|false", field=field)
+            raise InputError(f"got {show(value)}; allowed: true|false", field=field)
         return value
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
                 return int(value)
-            raise InputError(f"got {value!r}; allowed: an integer", field=field)
+            raise InputError(f"got {show(value)}; allowed: an integer", field=field)
+        if not -INT_LIMIT <= value < INT_LIMIT:
+            raise InputError(f"got {show(value)}; allowed: an integer in [-2**63, 2**63)", field=field)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise InputError(f"got {value!r}; allowed: a number", field=field)
-        return float(value)
+            raise InputError(f"got {show(value)}; allowed: a number", field=field)
+        try:
+            out = float(value)
+        except OverflowError:  # an int too large for a float
+            out = math.inf
+        if not math.isfinite(out):
+            raise InputError(f"got {show(value)}; allowed: a finite number", field=field)
+        return out
     if tp is str:
         if not isinstance(value, str):
-            raise InputError(f"got {value!r}; allowed: a string", field=field)
+            raise InputError(f"got {show(value)}; allowed: a string", field=field)
         return value
     raise TypeError(f"schema: unsupported field type {tp!r} at {field}")  # programming error
 
@@ -154,13 +196,13 @@ def from_dict(cls: type[T], data: Any, *, _path: str = "") -> T:
     dataclass's own `__post_init__` and may raise InputError too.
     """
     if not isinstance(data, Mapping):
-        raise InputError(f"got {type(data).__name__} {data!r}; allowed: a mapping", field=_path)
+        raise InputError(f"got {type(data).__name__} {show(data)}; allowed: a mapping", field=_path)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     hints = _hints(cls)
     unknown = [k for k in data if k not in fields]
     if unknown:
         k = unknown[0]
-        where = f"{_path}.{k}" if _path else str(k)
+        where = f"{_path}.{_key(k)}" if _path else _key(k)
         raise InputError(f"unknown key; allowed keys: {', '.join(sorted(fields))}", field=where)
     kwargs = {}
     for name, f in fields.items():

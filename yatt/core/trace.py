@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -71,6 +72,9 @@ class SpanRecord:
     name: str = ""
 
     def __post_init__(self) -> None:
+        for i, d in enumerate(self.devices):
+            if d < 0:
+                raise InputError(f"got {d}; allowed: a device id >= 0", field=f"devices[{i}]")
         if self.end_s < self.start_s:
             raise InputError(f"end_s ({self.end_s}) is before start_s ({self.start_s})",
                              field="end_s")
@@ -199,7 +203,11 @@ class Trace:
     @staticmethod
     def read_jsonl(path: str | Path) -> "Trace":
         path = Path(path)
-        if not path.is_file():
+        try:
+            ok = path.is_file()
+        except (OSError, ValueError):  # a name too long, an embedded NUL, ...
+            ok = False
+        if not ok:
             raise InputError("no such file", file=str(path))
 
         def lines() -> Iterator[tuple[int, str]]:
@@ -210,7 +218,7 @@ class Trace:
                         yield i, line
             except UnicodeDecodeError:
                 raise InputError("not UTF-8 text", field=f"line {i + 1}", file=str(path)) from None
-            except (OSError, EOFError) as e:  # a corrupt or truncated .gz
+            except (OSError, EOFError, zlib.error) as e:  # unreadable, or a corrupt/truncated .gz
                 raise InputError(f"cannot read: {e}", field=f"line {i + 1}", file=str(path)) from None
 
         def gen() -> Iterator[tuple[int, dict[str, Any]]]:
@@ -221,6 +229,15 @@ class Trace:
                     rec = json.loads(line)
                 except json.JSONDecodeError as e:
                     raise InputError(f"not valid JSON ({e.msg} at column {e.colno})",
+                                     field=f"line {i}", file=str(path)) from None
+                except RecursionError:
+                    raise InputError("not valid JSON (nested too deeply)", field=f"line {i}",
+                                     file=str(path)) from None
+                except ValueError as e:  # e.g. an integer past Python's digit limit
+                    why = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
+                    if "integer string conversion" in why:
+                        why = "an integer with more than 4300 digits"
+                    raise InputError(f"not valid JSON ({why})",
                                      field=f"line {i}", file=str(path)) from None
                 yield i, rec
 
