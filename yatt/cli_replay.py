@@ -172,7 +172,10 @@ def run_replay_command(args: argparse.Namespace) -> int:
 
     # ---- validate everything first -------------------------------------------------------
     trace = Trace.read_jsonl(args.trace)
-    sample_steps(trace)
+    try:
+        sample_steps(trace)
+    except InputError as e:
+        raise e.within(file=args.trace) from None
     eff = _efficiency(args.profile)
     cluster = load_cluster(args.cluster) if args.cluster else None
     sizes = parse_sizes(args.gpus, cluster or trace.meta.plan.cluster)

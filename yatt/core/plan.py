@@ -121,8 +121,9 @@ class Plan:
         cluster = self.experiment.cluster
         roles = [p.role for p in self.placements]
         for i, r in enumerate(roles):
-            if roles.count(r) > 1:
-                raise InputError(f"role {r.value} is placed twice", field=f"placements[{i}].role")
+            if r in roles[:i]:  # name the repeat, not the first
+                raise InputError(f"role {r.value} is placed twice (first at placements"
+                                 f"[{roles.index(r)}])", field=f"placements[{i}].role")
         needed = [Role.ROLLOUT, Role.TRAINER]
         if self.experiment.algo.reward is RewardSource.GENRM:
             needed.append(Role.GENRM)

@@ -195,6 +195,8 @@ def from_dict(cls: type[T], data: Any, *, _path: str = "") -> T:
     types and values outside the declared ranges. Cross-field checks run in the
     dataclass's own `__post_init__` and may raise InputError too.
     """
+    if data is None:
+        raise InputError("got null (an empty value or document); allowed: a mapping", field=_path)
     if not isinstance(data, Mapping):
         raise InputError(f"got {type(data).__name__} {show(data)}; allowed: a mapping", field=_path)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}

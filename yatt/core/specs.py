@@ -142,6 +142,9 @@ class LengthDist:
         if self.kind is DistKind.EMPIRICAL:
             if not self.values:
                 raise InputError("empirical distribution needs a non-empty list", field="values")
+            for i, v in enumerate(self.values):
+                if v < 0:
+                    raise InputError(f"got {v}; allowed: a length >= 0", field=f"values[{i}]")
             if self.weights and len(self.weights) != len(self.values):
                 raise InputError(f"needs {len(self.values)} weights to match values, got "
                                  f"{len(self.weights)}", field="weights")

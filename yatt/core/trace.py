@@ -211,13 +211,18 @@ class Trace:
             raise InputError("no such file", file=str(path))
 
         def lines() -> Iterator[tuple[int, str]]:
+            # Bytes in, decoded line by line: a bad byte is reported on its own line (a text
+            # handle decodes whole buffers ahead and would blame an earlier line).
             i = 0
             try:
-                with _open(path, "r") as f:
-                    for i, line in enumerate(f, 1):
+                with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
+                    for i, raw in enumerate(f, 1):
+                        try:
+                            line = raw.decode("utf-8")
+                        except UnicodeDecodeError as e:
+                            raise InputError(f"not UTF-8 text (byte {e.start})", field=f"line {i}",
+                                             file=str(path)) from None
                         yield i, line
-            except UnicodeDecodeError:
-                raise InputError("not UTF-8 text", field=f"line {i + 1}", file=str(path)) from None
             except (OSError, EOFError, zlib.error) as e:  # unreadable, or a corrupt/truncated .gz
                 raise InputError(f"cannot read: {e}", field=f"line {i + 1}", file=str(path)) from None
 
