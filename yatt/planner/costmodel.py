@@ -231,15 +231,25 @@ class AnalyticCostModel:
     def _host_copy(self, nbytes: float) -> float:
         return nbytes / (self.gpu.host_link_gbps * GB * self.eff.host_link_eff)
 
+    @staticmethod
+    def _stays(role: Role, release: ReleasePolicy) -> bool:
+        """Whether `role` keeps its state on its devices under `release`.
+
+        TEARDOWN destroys inference engines and re-creates them from weights; training state
+        (weights + optimizer) and the frozen reference cannot be re-created that way, so
+        they stay resident -- exactly what the executor does (it never tears them down)."""
+        return release is ReleasePolicy.RESIDENT or (
+            release is ReleasePolicy.TEARDOWN and role not in (Role.ROLLOUT, Role.GENRM))
+
     def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        if release is ReleasePolicy.RESIDENT:
+        if self._stays(role, release):
             return 0.0
         if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):
             return self.eff.switch_overhead_s  # destroy: nothing is copied
         return self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
 
     def reload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        if release is ReleasePolicy.RESIDENT:
+        if self._stays(role, release):
             return 0.0
         load = self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
         if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):

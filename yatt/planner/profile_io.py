@@ -7,11 +7,26 @@ the same small YAML file, so every consumer reads one format:
     hardware: "2 x cpu-local"
     source: "calibrate: runs/demo/trace.jsonl"
     efficiency: {train_mfu: 0.31, decode_bw_eff: 0.62, ...}   # any Efficiency field
+    tables:                       # optional (`yatt profile`); absent in older files
+      device: cpu
+      rpc_s: 0.0012               # one Ray actor round trip
+      models:
+        tiny-actor:
+          train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
+          logprob: [[batch, seq, seconds], ...]   # reference log-probs (ReferenceWorker)
+          weight_sync_s: 0.03                     # hf_state_dict + engine update_weights
+          engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
+                   decode: [[batch, mean_ctx, s_per_step], ...],
+                   prefill: [[requests, tokens_each, s_for_the_step], ...]}
+
+Files without `tables` keep meaning what they meant (an analytic model with these
+efficiencies); `yatt.planner.profiled.cost_model_for` picks the model from the file.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from yatt.core.config import dump_yaml, read_yaml
 from yatt.core.errors import InputError
@@ -20,6 +35,57 @@ from yatt.core.schema import from_dict, spec_field
 from .costmodel import Efficiency
 
 PROFILE_KIND = "yatt.profile/1"
+DEVICES = ("cpu", "cuda")
+Point = tuple[float, float, float]
+
+
+def _check_points(points: tuple[Point, ...], field: str) -> None:
+    for i, p in enumerate(points):
+        if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0:
+            raise InputError(f"got {list(p)}; allowed: [x > 0, y > 0, seconds >= 0]",
+                             field=f"{field}[{i}]")
+
+
+@dataclass(frozen=True)
+class EngineTable:
+    """One model's inference engine on one device (TP=1)."""
+
+    start_s: float = spec_field(ge=0, help="create the engine (imports warm): re-create cost")
+    stop_s: float = spec_field(ge=0, help="tear the engine down")
+    decode: tuple[Point, ...] = spec_field(default=(), help="(batch, mean context, s per step)")
+    prefill: tuple[Point, ...] = spec_field(default=(), help="(requests, tokens each, s for the step)")
+
+    def __post_init__(self) -> None:
+        _check_points(self.decode, "decode")
+        _check_points(self.prefill, "prefill")
+
+
+@dataclass(frozen=True)
+class ModelTables:
+    """Measured times of one model (by ModelSpec name)."""
+
+    train: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s per train_step)")
+    logprob: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s) reference log-probs")
+    engine: Optional[EngineTable] = None
+    weight_sync_s: float = spec_field(0.0, ge=0, help="trainer state dict + engine weight update")
+    micro_batch_tokens: int = spec_field(512, ge=1, help="trainer micro-batch budget when measured")
+
+    def __post_init__(self) -> None:
+        _check_points(self.train, "train")
+        _check_points(self.logprob, "logprob")
+
+
+@dataclass(frozen=True)
+class ProfileTables:
+    """Micro-benchmark tables from `yatt profile`."""
+
+    device: str = "cpu"
+    rpc_s: float = spec_field(0.0, ge=0, help="one Ray actor round trip")
+    models: dict[str, ModelTables] = spec_field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")
 
 
 @dataclass(frozen=True)
@@ -29,6 +95,7 @@ class Profile:
     hardware: str = ""
     source: str = ""
     fit_error: dict[str, float] = spec_field(default_factory=dict, help="relative error per phase")
+    tables: Optional[ProfileTables] = None
 
     def __post_init__(self) -> None:
         if self.kind != PROFILE_KIND:

@@ -1,0 +1,158 @@
+"""ProfiledCostModel: table fits, protocol invariants, CPU switch semantics, profile file
+compatibility, the cost-model factory, and the CLI wiring (--profile)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from yatt.cli import main
+from yatt.core.config import load_experiment
+from yatt.core.costmodel import CostModel
+from yatt.core.errors import InputError
+from yatt.core.plan import Parallel
+from yatt.core.roles import ReleasePolicy, Role
+from yatt.planner.costmodel import AnalyticCostModel
+from yatt.planner.profile_io import (EngineTable, ModelTables, Profile, ProfileTables,
+                                     load_profile, save_profile)
+from yatt.planner.profiled import ProfiledCostModel, cost_model_for, shipped_profile
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "configs" / "demo-cpu.yaml"
+
+
+def _decode(b, c):  # a known linear step law
+    return 0.004 + 0.0001 * b + 2e-6 * b * c
+
+
+def _tables(rpc: float = 0.0) -> ProfileTables:
+    dec = tuple((float(b), float(c), _decode(b, c)) for b in (1, 8, 32) for c in (16, 64))
+    pre = tuple((float(n), float(p), _decode(n, p) + 1e-5 * n * p) for n, p in ((1, 32), (8, 32), (16, 64)))
+    # train: 0.05 s per step + 1e-4 s per padded token (one micro-batch each: budget 512)
+    train = tuple((float(b), float(s), 0.05 + 1e-4 * b * s) for b, s in ((1, 16), (4, 32), (8, 32), (4, 64)))
+    lp = tuple((float(b), float(s), 0.002 * b + 1e-5 * b * s) for b, s in ((1, 16), (8, 32), (4, 64)))
+    eng = EngineTable(start_s=2.5, stop_s=1.5, decode=dec, prefill=pre)
+    return ProfileTables(device="cpu", rpc_s=rpc, models={
+        "tiny-actor": ModelTables(train=train, logprob=lp, engine=eng, weight_sync_s=0.03),
+        "tiny-genrm": ModelTables(engine=EngineTable(start_s=3.0, stop_s=1.6, decode=dec, prefill=pre))})
+
+
+@pytest.fixture(scope="module")
+def exp():
+    return load_experiment(DEMO)
+
+
+@pytest.fixture(scope="module")
+def cost(exp):
+    return cost_model_for(exp, Profile(tables=_tables()))
+
+
+def test_factory_and_protocol(exp, cost):
+    assert isinstance(cost, ProfiledCostModel) and isinstance(cost, CostModel)
+    assert isinstance(cost_model_for(exp, None), AnalyticCostModel)
+    assert isinstance(cost_model_for(exp, Profile()), AnalyticCostModel)  # no tables: analytic
+
+
+def test_fits_recover_the_tables(exp, cost):
+    a = exp.actor
+    for b, c in ((1, 16), (8, 64), (20, 40)):
+        assert cost.decode_step_time(a, 1, b, c) == pytest.approx(_decode(b, c), rel=1e-3)
+    assert cost.prefill_time(a, 1, 100) == pytest.approx(1e-5 * 100, rel=0.05)
+    assert cost.train_time(a, [32] * 6, Parallel(1, 1, 1)) == pytest.approx(0.05 + 1e-4 * 192, rel=0.02)
+    assert cost.logprob_time(a, [32] * 5, Parallel(1, 1, 1)) == pytest.approx(0.01 + 1e-5 * 160, rel=0.02)
+
+
+def test_decode_time_is_the_sum_of_steps(exp, cost):
+    a = exp.actor
+    total = cost.decode_time(a, 1, 7, 7 * 20.0, 13)
+    steps = sum(cost.decode_step_time(a, 1, 7, 20.0 + i) for i in range(13))
+    assert total == pytest.approx(steps, rel=1e-9)
+
+
+def test_cpu_switches_engines_only(exp, cost):
+    par, T = Parallel(1, 1, 1), ReleasePolicy.TEARDOWN
+    assert cost.reload_time(exp.actor, Role.ROLLOUT, par, T) == pytest.approx(2.5)
+    assert cost.offload_time(exp.genrm, Role.GENRM, par, T) == pytest.approx(1.6)
+    for role in (Role.TRAINER, Role.REFERENCE):
+        for rel in ReleasePolicy:
+            assert cost.offload_time(exp.actor, role, par, rel) == 0.0
+            assert cost.reload_time(exp.actor, role, par, rel) == 0.0
+    assert cost.reload_time(exp.actor, Role.ROLLOUT, par, ReleasePolicy.RESIDENT) == 0.0
+    assert cost.weight_sync_time(exp.actor, par, 1, 2, False) == pytest.approx(0.03)
+
+
+def test_analytic_teardown_keeps_trainer_resident(exp):
+    c = AnalyticCostModel.for_experiment(exp)
+    par = Parallel(1, 1, 1)
+    assert c.offload_time(exp.actor, Role.TRAINER, par, ReleasePolicy.TEARDOWN) == 0.0
+    assert c.reload_time(exp.actor, Role.REFERENCE, par, ReleasePolicy.TEARDOWN) == 0.0
+    assert c.reload_time(exp.actor, Role.ROLLOUT, par, ReleasePolicy.TEARDOWN) > 0.0
+
+
+def test_unmeasured_model_falls_back_to_analytic(exp, cost):
+    from yatt.core import catalog
+
+    m = catalog.model("Qwen2.5-7B")
+    ana = cost.analytic
+    assert cost.decode_step_time(m, 1, 4, 100) == ana.decode_step_time(m, 1, 4, 100)
+    assert cost.train_time(m, [64, 64], Parallel(1, 1, 1)) == ana.train_time(m, [64, 64], Parallel(1, 1, 1))
+
+
+def test_simulate_with_profiled_model(exp, cost):
+    from yatt.core.roles import Phase
+    from yatt.planner.search import search
+
+    res = search(exp, cost, top=2)
+    tr = res.best.trace
+    assert res.best.mean > 0
+    # CPU: no trainer/reference offload or reload spans cost anything
+    assert all(s.duration == 0 for s in tr.spans
+               if s.role in (Role.TRAINER, Role.REFERENCE) and s.phase in (Phase.OFFLOAD, Phase.RELOAD))
+
+
+def test_profile_tables_round_trip_and_old_files_load(tmp_path):
+    p = Profile(hardware="x", tables=_tables(rpc=0.001))
+    save_profile(p, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == p
+    (tmp_path / "old.yaml").write_text("kind: yatt.profile/1\nefficiency: {train_mfu: 0.3}\n")
+    old = load_profile(tmp_path / "old.yaml")
+    assert old.tables is None and old.efficiency.train_mfu == 0.3
+
+
+@pytest.mark.parametrize("body,needle", [
+    ("tables: {device: tpu}", "device"),
+    ("tables: {models: {m: {train: [[1, 16, -1.0]]}}}", "train[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1}}}}", "stop_s"),
+])
+def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, body, needle):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("kind: yatt.profile/1\n" + body + "\n")
+    out = tmp_path / "out"
+    assert main(["plan", str(DEMO), "--profile", str(bad), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and needle in err[0]
+    assert not out.exists()
+
+
+def test_plan_with_profile_uses_tables(tmp_path, capsys):
+    prof = tmp_path / "p.yaml"
+    save_profile(Profile(tables=_tables()), prof)
+    assert main(["plan", str(DEMO), "--profile", str(prof), "--out", str(tmp_path / "o"),
+                 "--no-progress"]) == 0
+    assert (tmp_path / "o" / "plan.yaml").is_file()
+
+
+def test_shipped_cpu_profile_has_the_demo_models():
+    found = shipped_profile("cpu-local")
+    assert found is not None, "configs/profiles/cpu-local.yaml is shipped"
+    prof, _ = found
+    assert {"tiny-actor", "tiny-genrm"} <= set(prof.tables.models)
+    assert shipped_profile("H100-SXM") is None
+
+
+def test_profile_cli_refuses_bad_input(tmp_path, capsys):
+    assert main(["profile", str(DEMO), "--device", "tpu", "-o", str(tmp_path / "p.yaml")]) == 2
+    assert "--device" in capsys.readouterr().err
+    assert main(["profile", str(DEMO), "-o", str(tmp_path / "nope" / "p.yaml")]) == 2
+    assert not (tmp_path / "p.yaml").exists()

@@ -1,0 +1,259 @@
+"""ProfiledCostModel: the CostModel protocol answered from `yatt profile` tables.
+
+Why: on hardware whose behaviour a roofline does not capture (a single-thread CPU
+"device", where per-step Python overhead and engine re-creation dominate), measured
+tables are the honest source. Each table is fitted, at load time, by non-negative least
+squares on the *analytic shape* of its term, so the model interpolates between measured
+points and extrapolates along the roofline's form:
+
+  train step      t = c0 + c_mb*micro_batches + c1*padded_tokens + c2*sum(n*longest^2)
+                  (micro-batches packed exactly as `exec.trainer.micro_batches` packs them)
+  reference pass  t = c_seq*sequences + c1*tokens + c2*sum(s^2)   (one forward per sequence)
+  decode step     t = a0 + a1*batch + a2*batch*mean_ctx
+  prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
+  switches        engines: measured teardown / re-create; trainer and reference: resident
+                  on CPU (the executor keeps them in memory; see README "Sim-to-real")
+  weight sync     measured state-dict gather + engine update, plus one round trip
+
+Every phase of the executor also pays Ray round trips (driver -> controller -> workers);
+`rpc_s` times the number the executor makes per phase is added to that phase.
+Terms without a table (a model the profile did not measure, TP>1 communication, KV
+capacity, checkpoints, controller bytes) come from the wrapped AnalyticCostModel.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Optional, Sequence
+
+import numpy as np
+from scipy.optimize import nnls
+
+from yatt.core.plan import Experiment, Parallel
+from yatt.core.roles import ReleasePolicy, Role
+from yatt.core.specs import ModelSpec
+
+from .costmodel import AnalyticCostModel, Efficiency
+from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
+
+ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
+# Ray round trips the executor makes per phase (schedules.py / controller.py):
+# train: costs + stage + train_step + records; reference: one call per worker batch;
+# weight sync: state dict out + update in.
+TRAIN_RPCS = 4
+REF_RPCS = 2
+SYNC_RPCS = 2
+
+
+def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
+    """(count, longest) per micro-batch, the packing of `exec.trainer.micro_batches`."""
+    out: list[tuple[int, int]] = []
+    n = longest = 0
+    for s in lengths:
+        if n and (n + 1) * max(longest, s) > budget:
+            out.append((n, longest))
+            n = longest = 0
+        n += 1
+        longest = max(longest, s)
+    if n:
+        out.append((n, longest))
+    return out
+
+
+def _train_features(lengths: Sequence[int], budget: int) -> np.ndarray:
+    mbs = _micro_batches(lengths, budget)
+    return np.array([1.0, len(mbs), float(sum(n * m for n, m in mbs)),
+                     float(sum(n * m * m for n, m in mbs))])
+
+
+def _logprob_features(lengths: Sequence[int]) -> np.ndarray:
+    return np.array([float(len(lengths)), float(sum(lengths)), float(sum(s * s for s in lengths))])
+
+
+def _fit(rows: list[np.ndarray], y: list[float]) -> np.ndarray:
+    """Non-negative least squares on relative error (each row scaled by 1/y)."""
+    a = np.array(rows, dtype=float)
+    b = np.array(y, dtype=float)
+    w = 1.0 / np.maximum(b, 1e-6)
+    coef, _ = nnls(a * w[:, None], b * w)
+    return coef
+
+
+class _Fits:
+    """Fitted coefficients of one model's tables (None where a table is empty)."""
+
+    def __init__(self, t: ModelTables) -> None:
+        self.mbt = t.micro_batch_tokens
+        self.train = (_fit([_train_features([int(s)] * int(b), self.mbt) for b, s, _ in t.train],
+                           [x for _, _, x in t.train]) if t.train else None)
+        self.logprob = (_fit([_logprob_features([int(s)] * int(b)) for b, s, _ in t.logprob],
+                             [x for _, _, x in t.logprob]) if t.logprob else None)
+        e: Optional[EngineTable] = t.engine
+        self.engine = e
+        self.decode = self.prefill = None
+        if e is not None and e.decode:
+            self.decode = _fit([np.array([1.0, b, b * c]) for b, c, _ in e.decode],
+                               [x for _, _, x in e.decode])
+            if e.prefill:
+                # what a prefill step costs beyond an ordinary step of that many sequences
+                resid = [max(1e-6, x - self._step(n, p)) for n, p, x in e.prefill]
+                self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid)
+        self.weight_sync_s = t.weight_sync_s
+
+    def _step(self, batch: float, ctx: float) -> float:
+        a0, a1, a2 = self.decode
+        return a0 + a1 * batch + a2 * batch * ctx
+
+
+class ProfiledCostModel:
+    """CostModel from profile tables; AnalyticCostModel for terms without a table."""
+
+    def __init__(self, analytic: AnalyticCostModel, tables: ProfileTables) -> None:
+        self.analytic = analytic
+        self.tables = tables
+        self.cluster = analytic.cluster
+        self.cpu = tables.device == "cpu"
+        self._fits = {name: _Fits(t) for name, t in tables.models.items()}
+
+    @classmethod
+    def for_experiment(cls, exp: Experiment, profile: Profile) -> "ProfiledCostModel":
+        if profile.tables is None:
+            raise ValueError("profile has no tables")
+        return cls(AnalyticCostModel.for_experiment(exp, profile.efficiency), profile.tables)
+
+    def _fit(self, model: ModelSpec) -> Optional[_Fits]:
+        return self._fits.get(model.name)
+
+    def _tp_scale(self, model: ModelSpec, lens: Sequence[int], par: Parallel) -> float:
+        """Analytic time at this TP/PP over the time at TP=PP=1 (1.0 for TP=PP=1)."""
+        if par.tp * par.pp == 1:
+            return 1.0
+        one = Parallel(tp=1, pp=1, dp=par.dp)
+        base = self.analytic._pass_time(model, lens, one, False)
+        return self.analytic._pass_time(model, lens, par, False) / base if base > 0 else 1.0
+
+    # ---- training ----------------------------------------------------------------------
+    def train_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
+        f = self._fit(model)
+        if f is None or f.train is None or not len(seq_lens):
+            return self.analytic.train_time(model, seq_lens, par)
+        lens = [int(s) for s in seq_lens]
+        t = float(_train_features(lens, self.analytic.micro_batch_tokens) @ f.train)
+        return t * self._tp_scale(model, lens, par) + TRAIN_RPCS * self.tables.rpc_s
+
+    def grad_sync_time(self, model: ModelSpec, par: Parallel) -> float:
+        f = self._fit(model)
+        if f is None or f.train is None:
+            return self.analytic.grad_sync_time(model, par)
+        # the optimizer step is inside the measured train step; add the DP all-reduce only
+        grad_bytes = model.params / (par.tp * par.pp) * 4  # fp32 grads (grad_reduce_in_fp32)
+        return self.analytic._allreduce(grad_bytes, par.dp)
+
+    def logprob_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
+        f = self._fit(model)
+        if f is None or f.logprob is None or not len(seq_lens):
+            return self.analytic.logprob_time(model, seq_lens, par)
+        lens = [int(s) for s in seq_lens]
+        return float(_logprob_features(lens) @ f.logprob) + REF_RPCS * self.tables.rpc_s
+
+    # ---- inference ---------------------------------------------------------------------
+    def _engine_fit(self, model: ModelSpec, tp: int) -> Optional[_Fits]:
+        f = self._fit(model)
+        return f if f is not None and f.decode is not None and tp == 1 else None
+
+    def prefill_time(self, model: ModelSpec, tp: int, tokens: int) -> float:
+        f = self._engine_fit(model, tp)
+        if f is None or f.prefill is None:
+            return self.analytic.prefill_time(model, tp, tokens)
+        if tokens <= 0:
+            return 0.0
+        p1, p2 = f.prefill
+        return p1 * tokens + p2 * tokens * tokens
+
+    def decode_step_time(self, model: ModelSpec, tp: int, batch: int, mean_ctx: float) -> float:
+        f = self._engine_fit(model, tp)
+        if f is None:
+            return self.analytic.decode_step_time(model, tp, batch, mean_ctx)
+        return f._step(batch, mean_ctx) if batch > 0 else 0.0
+
+    def decode_time(self, model: ModelSpec, tp: int, batch: int, ctx_sum: float, steps: int) -> float:
+        f = self._engine_fit(model, tp)
+        if f is None:
+            return self.analytic.decode_time(model, tp, batch, ctx_sum, steps)
+        if batch <= 0 or steps <= 0:
+            return 0.0
+        a0, a1, a2 = f.decode
+        # step i has total context ctx_sum + i*batch (linear: the sum is closed form)
+        return steps * (a0 + a1 * batch) + a2 * (steps * ctx_sum + batch * steps * (steps - 1) / 2.0)
+
+    def kv_capacity_tokens(self, model: ModelSpec, tp: int, mem_util: float) -> int:
+        return self.analytic.kv_capacity_tokens(model, tp, mem_util)
+
+    # ---- phase switches ----------------------------------------------------------------
+    def _resident(self, role: Role) -> bool:
+        """CPU: trainer and reference state stays in memory whatever the release policy."""
+        return self.cpu and role not in ENGINE_ROLES
+
+    def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
+        f = self._fit(model)
+        if release is ReleasePolicy.RESIDENT or self._resident(role):
+            return 0.0
+        if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
+            return f.engine.stop_s + self.tables.rpc_s  # OFFLOAD is a teardown on CPU too
+        return self.analytic.offload_time(model, role, par, release)
+
+    def reload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
+        f = self._fit(model)
+        if release is ReleasePolicy.RESIDENT or self._resident(role):
+            return 0.0
+        if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
+            return f.engine.start_s + self.tables.rpc_s
+        return self.analytic.reload_time(model, role, par, release)
+
+    def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,
+                         rollout_engines: int, cross_node: bool) -> float:
+        f = self._fit(model)
+        if f is None or f.weight_sync_s <= 0:
+            return self.analytic.weight_sync_time(model, trainer, rollout_tp, rollout_engines,
+                                                  cross_node)
+        return f.weight_sync_s + SYNC_RPCS * self.tables.rpc_s
+
+    def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
+        return self.analytic.checkpoint_time(model, par)
+
+    def controller_time(self, samples: int, bytes_per_sample: float, controllers: int) -> float:
+        return self.analytic.controller_time(samples, bytes_per_sample, controllers)
+
+
+def cost_model_for(exp: Experiment, profile: Optional[Profile] = None):
+    """The cost model a profile calls for: profiled when it has tables, else analytic with
+    its efficiencies (or the defaults without a profile)."""
+    if profile is not None and profile.tables is not None:
+        return ProfiledCostModel.for_experiment(exp, profile)
+    return AnalyticCostModel.for_experiment(exp, profile.efficiency if profile else Efficiency())
+
+
+@lru_cache(maxsize=8)
+def _cached_profile(path: str) -> Profile:
+    from .profile_io import load_profile
+
+    return load_profile(path)
+
+
+def load_cached(path: str) -> Profile:
+    """load_profile, memoised per path (searches build many cost models from one file)."""
+    return _cached_profile(str(path))
+
+
+PROFILE_DIR = "configs/profiles"
+
+
+def shipped_profile(gpu_name: str):
+    """(Profile, path) of the profile shipped for a device kind
+    (`configs/profiles/<gpu>.yaml` in the working directory, else in this checkout), or None."""
+    from pathlib import Path
+
+    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
+        p = root / PROFILE_DIR / f"{gpu_name}.yaml"
+        if p.is_file():
+            return load_cached(str(p)), str(p)
+    return None
