@@ -66,8 +66,23 @@ def _add_run(sub: argparse._SubParsersAction) -> None:
     add_run(sub)
 
 
+def _add_profile(sub: argparse._SubParsersAction) -> None:
+    from yatt.cli_profile import add_profile
+
+    add_profile(sub)
+
+
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [_add_plan, _add_run, _add_replay,
-                                                               _add_calibrate]
+                                                               _add_calibrate, _add_profile]
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    from yatt.cli_demo import add_demo  # light: training code is imported only when run
+
+    add_demo(sub)
+
+
+COMMANDS.append(_add_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,259 @@
+"""Micro-benchmarks of the executor's real components, for `yatt profile`.
+
+Why: the profiled cost model must be fed by the same code the executor runs, on the local
+hardware: Megatron training steps (`trainer.MegatronTrainer`), reference log-probs
+(`workers.ReferenceWorker`, HF forward), vLLM prefill/decode steps, engine
+create/teardown (`rollout.EngineCore`, exactly what `Release.TEARDOWN` does) and the
+weight update (`MegatronTrainer.hf_state_dict` -> `EngineCore.update_weights`).
+Everything here runs in-process (no Ray), one thread on CPU, with the executor's own
+environment settings (`env.apply_local_env`). This module imports core only at import
+time; torch/vllm/megatron are imported inside the functions.
+
+Results are plain tuples of numbers; `yatt.planner.profile` turns them into tables.
+Timings are medians over `reps` repetitions after one untimed warm-up.
+
+GPU (`device="cuda"`): the same calls with `cpu=False` engines and a CUDA trainer. That path
+is written but UNTESTED here (this project's CI has no GPU); it is marked `# GPU path`.
+"""
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from yatt.core.specs import ModelSpec
+
+Tick = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class EngineBench:
+    """One model's engine measurements."""
+
+    start_s: float                                  # create (imports warm): re-create cost
+    stop_s: float                                   # teardown (EngineCore.stop)
+    decode: tuple[tuple[int, int, float], ...]      # (batch, mean context, s per decode step)
+    prefill: tuple[tuple[int, int, float], ...]     # (requests, prompt tokens each, s for the step)
+
+
+def _median(xs: Sequence[float]) -> float:
+    return float(statistics.median(xs)) if xs else 0.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def prepare(device: str) -> bool:
+    """Executor environment for in-process benchmarks; returns True on CPU."""
+    from .env import apply_local_env
+
+    cpu = device == "cpu"
+    apply_local_env(cpu)
+    if cpu:
+        import torch
+        torch.set_num_threads(1)
+    return cpu
+
+
+def model_path(spec: ModelSpec, seed: int = 0) -> str:
+    from .models import resolve_model
+
+    return str(resolve_model(spec, seed))
+
+
+def _ids(n: int, vocab: int, rng) -> tuple[int, ...]:
+    # avoid the special ids 0..2 (pad/bos/eos in the demo tokenizers)
+    return tuple(int(x) for x in rng.integers(3, max(4, vocab), size=n))
+
+
+# ---- training ------------------------------------------------------------------------------
+class TrainBench:
+    """A one-rank Megatron trainer (TP=1, DP=1) kept alive for several measurements."""
+
+    def __init__(self, spec: ModelSpec, hf_path: str, device: str, micro_batch_tokens: int):
+        from .trainer import MegatronTrainer
+
+        self.spec = spec
+        self.trainer = MegatronTrainer(spec, hf_path, tp=1, dp=1, rank=0,
+                                       master_addr="127.0.0.1", master_port=_free_port(),
+                                       lr=1e-5, micro_batch_tokens=micro_batch_tokens,
+                                       device=device)
+
+    def step_time(self, batch: int, seq: int, reps: int, rng) -> float:
+        """Seconds of one `train_step` on `batch` sequences of `seq` tokens (half prompt)."""
+        from .trainer import TrainBatch
+
+        p = max(1, seq // 2)
+        times = []
+        for r in range(reps + 1):
+            ids = tuple(_ids(seq, self.spec.vocab, rng) for _ in range(batch))
+            b = TrainBatch(ids, (p,) * batch, tuple(float(x) for x in rng.normal(size=batch)))
+            t0 = time.perf_counter()
+            self.trainer.train_step(b)
+            if r:  # the first repetition warms up
+                times.append(time.perf_counter() - t0)
+        return _median(times)
+
+    def state_dict_time(self, reps: int) -> tuple[float, dict]:
+        times, sd = [], {}
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            sd = self.trainer.hf_state_dict()
+            times.append(time.perf_counter() - t0)
+        return _median(times), sd
+
+    def close(self) -> None:
+        self.trainer.shutdown()
+
+
+def logprob_times(hf_path: str, device: str, points: Sequence[tuple[int, int]], vocab: int,
+                  reps: int, rng, tick: Tick) -> list[tuple[int, int, float]]:
+    """Reference log-probs (`ReferenceWorker.logprobs`, the executor's reference) per point."""
+    from .workers import ReferenceWorker
+
+    ref = ReferenceWorker(hf_path, device)
+    out = []
+    for batch, seq in points:
+        times = []
+        for r in range(reps + 1):
+            ids = [list(_ids(seq, vocab, rng)) for _ in range(batch)]
+            t0 = time.perf_counter()
+            ref.logprobs(ids, [max(1, seq // 2)] * batch)
+            if r:
+                times.append(time.perf_counter() - t0)
+        out.append((batch, seq, _median(times)))
+        tick(f"reference logprob b{batch} s{seq}")
+    return out
+
+
+# ---- inference engines ---------------------------------------------------------------------
+def _engine_config(hf_path: str, cpu: bool, max_num_seqs: int, mem_util: float):
+    from .rollout import EngineConfig, Release
+
+    # GPU path: cpu=False uses sleep mode for release; untested here
+    return EngineConfig(hf_path, max_model_len=512, max_num_seqs=max_num_seqs,
+                        gpu_memory_utilization=mem_util, cpu=cpu,
+                        release=Release.TEARDOWN if cpu else Release.SLEEP)
+
+
+def _add(core, rid: str, prompt: Sequence[int], max_tokens: int) -> None:
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sp = SamplingParams(n=1, temperature=1.0, max_tokens=max_tokens, ignore_eos=True,
+                        logprobs=0, detokenize=False, seed=1)
+    core.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(prompt)), sp)
+
+
+def _drain(core) -> list[float]:
+    """Step the engine until idle; wall seconds of each step."""
+    out = []
+    while core.has_unfinished():
+        t0 = time.perf_counter()
+        core.engine.step()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: int,
+                 mem_util: float, decode_points: Sequence[tuple[int, int]],
+                 prefill_points: Sequence[tuple[int, int]], decode_steps: int, reps: int,
+                 restarts: int, rng, tick: Tick, keep: bool = False):
+    """Create/teardown times, decode step and prefill times of one model's engine.
+
+    Returns (EngineBench, core): `core` is the live engine when `keep` (for the weight-sync
+    benchmark), else None."""
+    from .rollout import EngineCore
+
+    cpu = device == "cpu"
+    core = EngineCore(_engine_config(hf_path, cpu, max_num_seqs, mem_util))
+    core.start()  # first start pays imports and one-off initialisation: not a re-create
+    tick(f"{spec.name}: engine up")
+    starts, stops = [], []
+    for _ in range(restarts):
+        stops.append(core.stop())
+        starts.append(core.start())
+        tick(f"{spec.name}: teardown + re-create")
+    n = 0
+    for r in range(1):  # warm-up request
+        _add(core, f"w{r}", _ids(16, spec.vocab, rng), 4)
+        _drain(core)
+    decode = []
+    for batch, ctx in decode_points:
+        per = []
+        for _ in range(reps):
+            for j in range(batch):
+                _add(core, f"d{n}", _ids(ctx, spec.vocab, rng), decode_steps + 1)
+                n += 1
+            steps = _drain(core)
+            # step 0 prefills every prompt (and samples the first token); the rest decode
+            per.append(_median(steps[1:]) if len(steps) > 1 else steps[0])
+        decode.append((batch, ctx + decode_steps // 2, _median(per)))
+        tick(f"{spec.name}: decode b{batch} ctx{ctx}")
+    prefill = []
+    for batch, plen in prefill_points:
+        per = []
+        for _ in range(reps):
+            for j in range(batch):
+                _add(core, f"p{n}", _ids(plen, spec.vocab, rng), 1)
+                n += 1
+            per.append(sum(_drain(core)))
+        prefill.append((batch, plen, _median(per)))
+        tick(f"{spec.name}: prefill {batch}x{plen}")
+    bench = EngineBench(_median(starts), _median(stops), tuple(decode), tuple(prefill))
+    if keep:
+        return bench, core
+    core.stop()
+    return bench, None
+
+
+def weight_update_time(core, state: dict, reps: int) -> float:
+    """`EngineCore.update_weights` with a trainer's HF-named state (what weight sync runs)."""
+    times = []
+    for _ in range(reps):
+        times.append(core.update_weights(state.items()))
+    return _median(times)
+
+
+def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
+    """Seconds of one Ray actor method round trip carrying a small payload (what every
+    executor phase pays a few of: driver -> controller -> workers). Starts and stops a
+    local Ray session; skipped (0.0) when one cannot start."""
+    import os
+    import tempfile
+
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
+    started = False
+    try:
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False)
+            started = True
+
+        @ray.remote(num_cpus=0)
+        class _Echo:
+            def echo(self, x):
+                return x
+
+        a = _Echo.remote()
+        payload = list(range(256))
+        ray.get(a.echo.remote(payload))
+        times = []
+        for _ in range(reps):
+            t0 = time.perf_counter()
+            ray.get(a.echo.remote(payload))
+            times.append(time.perf_counter() - t0)
+        ray.kill(a)
+        if tick:
+            tick("ray round trip")
+        return _median(times)
+    finally:
+        if started:
+            ray.shutdown()

@@ -1,0 +1,143 @@
+"""`profile_experiment`: run the executor's micro-benchmarks and build a tables profile.
+
+Why: `yatt profile CONFIG --device cpu|cuda` measures, on this machine, every term the
+profiled cost model needs for the models of one experiment (training step, reference
+log-probs, vLLM decode/prefill steps, engine teardown/re-create, weight update, one Ray
+round trip) and writes them as `yatt.profile/1` tables. The measuring code lives in
+`yatt.exec.microbench` (it touches torch/vLLM/Megatron); this module only chooses the
+points, reports progress and assembles the file, and imports exec lazily so the planner
+stays importable without the executor.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
+
+from yatt.core.plan import Experiment
+from yatt.core.roles import RewardSource
+
+from .costmodel import Efficiency
+from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
+
+Tick = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Points:
+    """Where to measure. `quick()` is a reduced set for tests."""
+
+    train: tuple[tuple[int, int], ...] = ((1, 16), (4, 32), (8, 32), (16, 32), (32, 32),
+                                          (8, 64), (16, 64), (4, 128), (32, 16))
+    logprob: tuple[tuple[int, int], ...] = ((1, 16), (8, 32), (16, 32), (8, 64), (4, 128))
+    decode: tuple[tuple[int, int], ...] = ((1, 16), (4, 16), (16, 16), (32, 16), (64, 16),
+                                           (8, 64), (32, 64), (16, 128))
+    prefill: tuple[tuple[int, int], ...] = ((1, 16), (1, 64), (8, 32), (32, 32), (16, 64))
+    decode_steps: int = 8
+    reps: int = 3
+    restarts: int = 3
+    rpc_reps: int = 50
+    ray: bool = True
+
+    @classmethod
+    def quick(cls) -> "Points":
+        return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
+                   decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
+                   decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False)
+
+    def ticks(self, actors: int, genrms: int) -> int:
+        per_engine = 1 + self.restarts + len(self.decode) + len(self.prefill)
+        per_actor = 2 + len(self.train) + len(self.logprob) + per_engine
+        return per_actor * actors + per_engine * genrms + int(self.ray)
+
+
+def _engine_table(bench) -> EngineTable:
+    return EngineTable(start_s=round(bench.start_s, 4), stop_s=round(bench.stop_s, 4),
+                       decode=tuple((float(b), float(c), round(t, 6)) for b, c, t in bench.decode),
+                       prefill=tuple((float(n), float(p), round(t, 6)) for n, p, t in bench.prefill))
+
+
+def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
+    from yatt.exec import microbench as mb
+
+    eng = exp.engine
+    actor_path = mb.model_path(exp.actor, seed)
+    mbt = exp.algo.micro_batch_tokens
+    tb = mb.TrainBench(exp.actor, actor_path, device, mbt)
+    tick(f"{exp.actor.name}: trainer up")
+    train = []
+    for b, s in pts.train:
+        train.append((float(b), float(s), round(tb.step_time(b, s, pts.reps, rng), 6)))
+        tick(f"{exp.actor.name}: train b{b} s{s}")
+    logprob = [(float(b), float(s), round(t, 6)) for b, s, t in
+               mb.logprob_times(actor_path, device, pts.logprob, exp.actor.vocab, pts.reps, rng,
+                                tick)]
+    decode = tuple((min(b, eng.max_num_seqs), c) for b, c in pts.decode)
+    bench, core = mb.engine_bench(exp.actor, actor_path, device, max_num_seqs=eng.max_num_seqs,
+                                  mem_util=eng.gpu_memory_utilization, decode_points=decode,
+                                  prefill_points=pts.prefill, decode_steps=pts.decode_steps,
+                                  reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
+                                  keep=True)
+    sd_s, state = tb.state_dict_time(pts.reps)
+    upd_s = mb.weight_update_time(core, state, pts.reps)
+    core.stop()
+    tb.close()
+    tick(f"{exp.actor.name}: weight sync")
+    return ModelTables(train=tuple(train), logprob=tuple(logprob), engine=_engine_table(bench),
+                       weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt)
+
+
+def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
+    from yatt.exec import microbench as mb
+
+    eng = exp.engine
+    gdecode = tuple((min(b, eng.genrm_max_num_seqs), c) for b, c in pts.decode)
+    gbench, _ = mb.engine_bench(exp.genrm, mb.model_path(exp.genrm, seed), device,
+                                max_num_seqs=eng.genrm_max_num_seqs,
+                                mem_util=eng.gpu_memory_utilization, decode_points=gdecode,
+                                prefill_points=pts.prefill, decode_steps=pts.decode_steps,
+                                reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick)
+    return ModelTables(engine=_engine_table(gbench))
+
+
+def models_to_measure(exps: Sequence[Experiment]) -> tuple[list, list]:
+    """(actor experiments, GenRM experiments), one per distinct model name; a model that is
+    an actor somewhere is measured as an actor (its tables are a superset)."""
+    actors: dict[str, Experiment] = {}
+    genrms: dict[str, Experiment] = {}
+    for e in exps:
+        actors.setdefault(e.actor.name, e)
+    for e in exps:
+        if e.algo.reward is RewardSource.GENRM and e.genrm.name not in actors:
+            genrms.setdefault(e.genrm.name, e)
+    return list(actors.values()), list(genrms.values())
+
+
+def profile_experiments(exps: Sequence[Experiment], device: str, points: Optional[Points] = None,
+                        tick: Optional[Tick] = None, seed: int = 0) -> Profile:
+    """Measure every distinct actor (and GenRM) of `exps` on this machine; one profile."""
+    import numpy as np
+
+    from yatt.exec import microbench as mb
+
+    pts = points or Points()
+    tick = tick or (lambda _what: None)
+    mb.prepare(device)
+    rng = np.random.default_rng(seed)
+    t_start = time.perf_counter()
+    actors, genrms = models_to_measure(exps)
+    models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed) for e in actors}
+    models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
+    rpc = round(mb.ray_round_trip(pts.rpc_reps, tick), 6) if pts.ray else 0.0
+    tables = ProfileTables(device=device, rpc_s=rpc, models=models)
+    first = models[actors[0].actor.name]
+    # the analytic fallback (terms without a table) gets this machine's fixed overheads too
+    eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,
+                              switch_overhead_s=first.engine.stop_s,
+                              sync_overhead_s=first.weight_sync_s)
+    c = exps[0].cluster
+    names = " ".join(e.name for e in exps)
+    return Profile(efficiency=eff, hardware=f"{c.num_gpus} x {c.gpu.name} ({device})",
+                   source=f"yatt profile {names} --device {device} "
+                          f"({time.perf_counter() - t_start:.0f} s)", tables=tables)
