@@ -119,6 +119,15 @@ def explanation(result: SearchResult) -> str:
     return "\n".join(lines)
 
 
+def _profile(path: Optional[str]):
+    """The profile file named by --profile (None without the flag)."""
+    if not path:
+        return None
+    from yatt.planner.profile_io import load_profile
+
+    return load_profile(path)
+
+
 def _efficiency(path: Optional[str]) -> Efficiency:
     if not path:
         return Efficiency()
@@ -214,9 +223,11 @@ def run_plan_command(args: argparse.Namespace) -> int:
     exp = load_experiment(config)
     if args.top < 1:
         raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
-    eff = _efficiency(args.profile)
+    from yatt.planner.profiled import cost_model_for
+
+    profile = _profile(args.profile)
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
-    cost = AnalyticCostModel.for_experiment(exp, eff)
+    cost = cost_model_for(exp, profile)
     console = Console(width=max(Console().width, 140))
     console.print(_header(exp))
     if args.breakdown:
@@ -234,7 +245,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
         for g in sizes:
             sub = resize(exp, g)
             try:
-                r = _search(console, sub, AnalyticCostModel.for_experiment(sub, eff), 1,
+                r = _search(console, sub, cost_model_for(sub, profile), 1,
                             args.no_progress, f"{g} GPUs")
             except InputError as e:
                 console.print(f"[yellow]{g} GPUs: {e.message}[/]")

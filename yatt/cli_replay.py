@@ -166,8 +166,8 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
 def run_replay_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from yatt.cli_plan import _LazyProgress, _efficiency
-    from yatt.planner.costmodel import AnalyticCostModel
+    from yatt.cli_plan import _LazyProgress, _profile
+    from yatt.planner.profiled import cost_model_for
     from yatt.planner.replay import replay, sample_steps, what_if
 
     # ---- validate everything first -------------------------------------------------------
@@ -176,7 +176,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
         sample_steps(trace)
     except InputError as e:
         raise e.within(file=args.trace) from None
-    eff = _efficiency(args.profile)
+    profile = _profile(args.profile)
     cluster = load_cluster(args.cluster) if args.cluster else None
     sizes = parse_sizes(args.gpus, cluster or trace.meta.plan.cluster)
     modes = MODES[args.mode]
@@ -192,8 +192,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
                   + (f"profile {args.profile}" if args.profile else "default efficiencies"))
     prog = _LazyProgress(console, "replaying", enabled=not args.no_progress)
     try:
-        rep = replay(trace, AnalyticCostModel.for_experiment(plan.experiment, eff))
-        rows = what_if(trace, rep, lambda e: AnalyticCostModel.for_experiment(e, eff), sizes=sizes,
+        rep = replay(trace, cost_model_for(plan.experiment, profile))
+        rows = what_if(trace, rep, lambda e: cost_model_for(e, profile), sizes=sizes,
                        modes=modes, cluster=cluster, progress=prog)
     finally:
         prog.close()

@@ -68,24 +68,26 @@ def fidelity_report(console: Console, trace, cost) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from yatt.cli_plan import _efficiency
-    from yatt.planner.costmodel import AnalyticCostModel
+    from yatt.cli_plan import _profile
+    from yatt.planner.profiled import cost_model_for, shipped_profile
 
     src = Path(args.target) if args.target else _demo_config()
     if args.steps < 1:
         raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
     mode = _mode(args.mode)
-    eff = _efficiency(args.profile)
+    profile = _profile(args.profile)
     console = Console()
+    exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
+    if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
+        profile, args.profile = found  # the shipped profile for this device kind
+    console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    cost = cost_model_for(exp, profile)
     if is_plan_file(src):
         plan = load_plan(src)
         if mode is not None and mode is not plan.mode:
             raise InputError(f"{src} is a {plan.mode.value} plan; --mode applies to experiment "
                              "configs (re-plan with `yatt plan`)", field="--mode")
-        cost = AnalyticCostModel.for_experiment(plan.experiment, eff)
     else:
-        exp = load_experiment(src)
-        cost = AnalyticCostModel.for_experiment(exp, eff)
         try:
             plan = plan_for_run(exp, mode, cost, console)
         except InputError as e:
