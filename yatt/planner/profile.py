@@ -11,6 +11,7 @@ stays importable without the executor.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -126,11 +127,13 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     mb.prepare(device)
     rng = np.random.default_rng(seed)
     t_start = time.perf_counter()
+    load0 = os.getloadavg()[0]
     actors, genrms = models_to_measure(exps)
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     rpc = round(mb.ray_round_trip(pts.rpc_reps, tick), 6) if pts.ray else 0.0
-    tables = ProfileTables(device=device, rpc_s=rpc, models=models)
+    load = round((load0 + os.getloadavg()[0]) / 2, 2)
+    tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models)
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,

@@ -10,6 +10,7 @@ the same small YAML file, so every consumer reads one format:
     tables:                       # optional (`yatt profile`); absent in older files
       device: cpu
       rpc_s: 0.0012               # one Ray actor round trip
+      load_avg: 1.9               # 1-min load average while measuring (shared boxes: noise)
       models:
         tiny-actor:
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
@@ -81,6 +82,7 @@ class ProfileTables:
 
     device: str = "cpu"
     rpc_s: float = spec_field(0.0, ge=0, help="one Ray actor round trip")
+    load_avg: float = spec_field(0.0, ge=0, help="machine 1-min load average while measuring")
     models: dict[str, ModelTables] = spec_field(default_factory=dict)
 
     def __post_init__(self) -> None:

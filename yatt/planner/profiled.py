@@ -6,7 +6,8 @@ tables are the honest source. Each table is fitted, at load time, by non-negativ
 squares on the *analytic shape* of its term, so the model interpolates between measured
 points and extrapolates along the roofline's form:
 
-  train step      t = c0 + c_mb*micro_batches + c1*padded_tokens + c2*sum(n*longest^2)
+  train step      t = c0 + c_mb*micro_batches + c_seq*sequences + c1*padded_tokens
+                      + c2*sum(n*longest^2)   (c_seq: per-sequence packing/masking in Python)
                   (micro-batches packed exactly as `exec.trainer.micro_batches` packs them)
   reference pass  t = c_seq*sequences + c1*tokens + c2*sum(s^2)   (one forward per sequence)
   decode step     t = a0 + a1*batch + a2*batch*mean_ctx
@@ -61,7 +62,7 @@ def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]
 
 def _train_features(lengths: Sequence[int], budget: int) -> np.ndarray:
     mbs = _micro_batches(lengths, budget)
-    return np.array([1.0, len(mbs), float(sum(n * m for n, m in mbs)),
+    return np.array([1.0, len(mbs), float(len(lengths)), float(sum(n * m for n, m in mbs)),
                      float(sum(n * m * m for n, m in mbs))])
 
 
@@ -69,11 +70,12 @@ def _logprob_features(lengths: Sequence[int]) -> np.ndarray:
     return np.array([float(len(lengths)), float(sum(lengths)), float(sum(s * s for s in lengths))])
 
 
-def _fit(rows: list[np.ndarray], y: list[float]) -> np.ndarray:
-    """Non-negative least squares on relative error (each row scaled by 1/y)."""
+def _fit(rows: list[np.ndarray], y: list[float], scale: Optional[list[float]] = None) -> np.ndarray:
+    """Non-negative least squares on relative error: each row divided by its `scale`
+    (default: its own y; a residual fit passes the measured total instead)."""
     a = np.array(rows, dtype=float)
     b = np.array(y, dtype=float)
-    w = 1.0 / np.maximum(b, 1e-6)
+    w = 1.0 / np.maximum(np.array(scale if scale is not None else y, dtype=float), 1e-6)
     coef, _ = nnls(a * w[:, None], b * w)
     return coef
 
@@ -95,8 +97,9 @@ class _Fits:
                                [x for _, _, x in e.decode])
             if e.prefill:
                 # what a prefill step costs beyond an ordinary step of that many sequences
-                resid = [max(1e-6, x - self._step(n, p)) for n, p, x in e.prefill]
-                self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid)
+                resid = [x - self._step(n, p) for n, p, x in e.prefill]
+                self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid,
+                                    [x for _, _, x in e.prefill])
         self.weight_sync_s = t.weight_sync_s
 
     def _step(self, batch: float, ctx: float) -> float:

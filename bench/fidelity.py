@@ -1,0 +1,237 @@
+"""Sim-to-real fidelity: the profiled cost model's predictions against the real executor.
+
+For each workload in configs/fidelity/ (short responses + a 1x GenRM; long-tailed
+responses + a ~8x GenRM; 16 samples per prompt + a ~25x GenRM) and each mode (full
+colocate, partial colocate), this plans the best placement of that mode with the
+profiled cost model (configs/profiles/cpu-local.yaml), predicts its step time with the
+simulator, runs it on the real executor (`run_plan`, Ray + Megatron + vLLM) for
+`--steps` steps and compares:
+
+  predicted  a-priori simulation (the planner's view: the workload's sampled lengths,
+             response length = the token budget)
+  replayed   the simulator re-run on the measured sample lengths (isolates the cost
+             model from the length distribution: EOS ends some responses early)
+  measured   the executor's trace
+
+Step 0 is EXCLUDED from both sides: it pays one-off process warm-up (first vLLM forward,
+first HF/Megatron pass, lazy imports in workers: 10-16 s more than later steps here), which
+the simulator does not model; run start-up (Ray, actors, first engine start) is outside the
+steps anyway. Step time is first span start to last span end of a step (Trace.step_times).
+
+It also reports whether the planner's preferred mode (best predicted step time over both
+modes) is the measured faster one in each workload.
+Writes bench/results/fidelity.json and fidelity.png and prints one summary line.
+Usage: .venv/bin/python bench/fidelity.py [--steps 4] [--only short,wide] [--profile P]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+WORKLOADS = ("short", "longtail", "wide")
+OUT = ROOT / "bench" / "results"
+
+
+def _rel(pred: float, meas: float) -> float:
+    return (pred - meas) / meas if meas > 0 else float("nan")
+
+
+def _mean_steps(times: dict, skip: int) -> float:
+    xs = [v for k, v in sorted(times.items()) if k >= skip]
+    return statistics.fmean(xs) if xs else float("nan")
+
+
+def _plan(name: str, mode, profile):
+    from yatt.core.config import load_experiment
+    from yatt.planner.profiled import cost_model_for
+    from yatt.planner.search import search
+
+    exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
+    s = dataclasses.replace(exp.search, engine_tp_choices=(1,), modes=(mode,))
+    exp = dataclasses.replace(exp, search=s)
+    cost = cost_model_for(exp, profile)
+    return exp, cost, search(exp, cost, top=1).best.plan
+
+
+def _phase_busy(rows) -> dict:
+    """Per phase: busy seconds per step summed over roles (phases that happen several
+    times a step, like colocate's offloads, add up; concurrent roles add up on both sides)."""
+    out: dict = {}
+    for r in rows:
+        m, p = out.get(r.phase.value, (0.0, 0.0))
+        out[r.phase.value] = (m + r.recorded_s, p + r.predicted_s)
+    return out
+
+
+def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = False) -> dict:
+    """Plan, predict, run (or reuse a saved run with `reuse`), compare."""
+    from yatt.core.trace import Trace
+    from yatt.planner.replay import phase_rows, replay
+    from yatt.sim.simulate import simulate
+
+    exp, cost, plan = _plan(name, mode, profile)
+    sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
+    pred_step = _mean_steps(sim.step_times(), 1)
+    out = OUT / "fidelity_runs" / f"{name}-{mode.value}"
+    t0 = time.time()
+    load0 = os.getloadavg()[0]
+    if reuse and (out / "trace.jsonl").is_file():
+        trace = Trace.read_jsonl(out / "trace.jsonl")
+        steps = trace.meta.steps
+    else:
+        from yatt.exec.runner import run_plan
+
+        trace = run_plan(plan, steps=steps, out_dir=out, seed=seed, progress=False)
+    wall = time.time() - t0
+    meas = Trace(trace.meta, tuple(x for x in trace.samples if x.step >= 1),
+                 tuple(x for x in trace.spans if x.step >= 1))
+    rep = replay(meas, cost)
+    meas_step = _mean_steps(trace.step_times(), 1)
+    keep = [k for k in sim.steps() if k >= 1]
+    pri = _phase_busy(phase_rows(meas, sim, keep))
+    phases = {}
+    for ph, (m, r) in sorted(_phase_busy(rep.phases()).items()):
+        a = pri.get(ph, (0.0, 0.0))[1]
+        phases[ph] = {"measured_s": round(m, 4), "replayed_s": round(r, 4), "predicted_s": round(a, 4),
+                      "replay_err": round(_rel(r, m), 4), "predicted_err": round(_rel(a, m), 4)}
+    resp = [x.response_tokens for x in meas.samples]
+    budget = exp.workload.response_len.mean()
+    return {"case": f"{name}/{mode.value}", "workload": name, "mode": mode.value,
+            "plan": plan.describe(), "genrm": exp.genrm.name, "steps": steps,
+            "excluded_steps": [0], "step0_measured_s": round(trace.step_times().get(0, 0.0), 3),
+            "measured_step_s": round(meas_step, 4), "predicted_step_s": round(pred_step, 4),
+            "replayed_step_s": round(rep.predicted_stats.step_time_mean, 4),
+            "err": round(_rel(pred_step, meas_step), 4),
+            "replay_err": round(_rel(rep.predicted_stats.step_time_mean, meas_step), 4),
+            "measured_steps_s": {str(k): round(v, 3) for k, v in sorted(trace.step_times().items())},
+            "response_tokens_mean": round(statistics.fmean(resp), 2) if resp else 0.0,
+            "response_budget_mean": round(budget, 2),
+            "startup_s": trace.meta.extra.get("startup_s"), "run_wall_s": round(wall, 1),
+            "load_avg": None if reuse else round((load0 + os.getloadavg()[0]) / 2, 2),
+            "phases": phases}
+
+
+def planner_choice(name: str, profile) -> str:
+    from yatt.core.config import load_experiment
+    from yatt.planner.profiled import cost_model_for
+    from yatt.planner.search import search
+
+    exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
+    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
+    return search(exp, cost_model_for(exp, profile), top=1).best.plan.mode.value
+
+
+def plot(cases: list, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
+    ax = axes[0]
+    for c in cases:
+        ax.scatter(c["measured_step_s"], c["predicted_step_s"],
+                   marker="o" if c["mode"] == "colocate" else "s", s=50)
+        ax.annotate(c["case"], (c["measured_step_s"], c["predicted_step_s"]), fontsize=7,
+                    xytext=(4, 4), textcoords="offset points")
+    hi = max([c["measured_step_s"] for c in cases] + [c["predicted_step_s"] for c in cases]) * 1.1
+    ax.plot([0, hi], [0, hi], "k--", lw=0.8)
+    ax.fill_between([0, hi], [0, hi * 0.9], [0, hi * 1.1], color="green", alpha=0.1, label="±10%")
+    ax.set(xlabel="measured s/step (steps >= 1)", ylabel="predicted s/step (profiled sim)",
+           title="Step time: predicted vs measured", xlim=(0, hi), ylim=(0, hi))
+    ax.legend(loc="upper left")
+    ax = axes[1]
+    pts = [(p["measured_s"], p["replayed_s"], ph) for c in cases for ph, p in c["phases"].items()
+           if p["measured_s"] > 0.01]
+    for ph in sorted({x[2] for x in pts}):
+        xs = [(a, b) for a, b, q in pts if q == ph]
+        ax.scatter([a for a, _ in xs], [b for _, b in xs], label=ph, s=25)
+    lo = min(min(a, b) for a, b, _ in pts) * 0.8
+    hi = max(max(a, b) for a, b, _ in pts) * 1.25
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="measured s (phase extent per step)",
+           ylabel="replayed s", title="Per phase (replay of measured lengths)")
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=4, help="steps per run (step 0 excluded)")
+    ap.add_argument("--only", default=",".join(WORKLOADS))
+    ap.add_argument("--modes", default="colocate,partial")
+    ap.add_argument("--profile", default=str(ROOT / "configs" / "profiles" / "cpu-local.yaml"))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(OUT / "fidelity.json"))
+    ap.add_argument("--reuse", action="store_true",
+                    help="re-analyse the saved runs in bench/results/fidelity_runs (no execution)")
+    args = ap.parse_args(argv)
+    from yatt.core.roles import Mode
+    from yatt.exec.env import apply_local_env, ensure_ray
+    from yatt.planner.profile_io import load_profile
+
+    profile = load_profile(args.profile)
+    names = [n for n in args.only.split(",") if n]
+    modes = [Mode(m) for m in args.modes.split(",") if m]
+    apply_local_env(True)
+    started = False if args.reuse else ensure_ray(2, None, True)  # one session for every case
+    cases = []
+    try:
+        for n in names:
+            for m in modes:
+                c = run_case(n, m, profile, args.steps, args.seed, args.reuse)
+                cases.append(c)
+                print(f"{c['case']:22s} measured {c['measured_step_s']:6.2f} predicted "
+                      f"{c['predicted_step_s']:6.2f} ({c['err'] * 100:+.1f}%) replayed "
+                      f"{c['replayed_step_s']:6.2f} ({c['replay_err'] * 100:+.1f}%)", flush=True)
+    finally:
+        if started:
+            import ray
+            ray.shutdown()
+    choices = []
+    for n in names:
+        by = {c["mode"]: c for c in cases if c["workload"] == n}
+        if len(by) < 2:
+            continue
+        faster = min(by, key=lambda k: by[k]["measured_step_s"])
+        slow, fast = max(x["measured_step_s"] for x in by.values()), by[faster]["measured_step_s"]
+        chosen = planner_choice(n, profile)
+        choices.append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
+                        "measured_gap": round(slow / fast - 1, 4), "correct": chosen == faster,
+                        "counts": slow / fast - 1 > 0.10})
+    errs = [abs(c["err"]) for c in cases]
+    rerrs = [abs(c["replay_err"]) for c in cases]
+    phase_errs = [abs(p["replay_err"]) for c in cases for p in c["phases"].values()
+                  if p["measured_s"] > 0.05]
+    res = {"profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
+           else args.profile, "excluded_steps": [0], "cases": cases, "mode_choice": choices,
+           "median_abs_err": round(statistics.median(errs), 4) if errs else None,
+           "max_abs_err": round(max(errs), 4) if errs else None,
+           "replay_median_abs_err": round(statistics.median(rerrs), 4) if rerrs else None,
+           "replay_max_abs_err": round(max(rerrs), 4) if rerrs else None,
+           "phase_median_abs_err": round(statistics.median(phase_errs), 4) if phase_errs else None,
+           "phase_max_abs_err": round(max(phase_errs), 4) if phase_errs else None,
+           "mode_choice_correct": all(c["correct"] for c in choices if c["counts"])}
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=2) + "\n")
+    if cases:
+        plot(cases, out.with_suffix(".png"))
+    print(f"fidelity: {len(cases)} cases, median |err| {res['median_abs_err']}, max |err| "
+          f"{res['max_abs_err']} (replay median {res['replay_median_abs_err']}), mode choice "
+          f"correct: {res['mode_choice_correct']} -> {out}")
+    return res
+
+
+if __name__ == "__main__":
+    main()
