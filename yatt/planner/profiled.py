@@ -15,6 +15,8 @@ points and extrapolates along the roofline's form:
   switches        engines: measured teardown / re-create; trainer and reference: resident
                   on CPU (the executor keeps them in memory; see README "Sim-to-real")
   weight sync     measured state-dict gather + engine update, plus one round trip
+  streaming       partial colocate: each finished rollout batch blocks its engine for one
+                  round trip (the queue put; `yatt.sim.simulate.StreamCost`)
 
 Every phase of the executor also pays Ray round trips (driver -> controller -> workers);
 `rpc_s` times the number the executor makes per phase is added to that phase.
@@ -219,6 +221,10 @@ class ProfiledCostModel:
             return self.analytic.weight_sync_time(model, trainer, rollout_tp, rollout_engines,
                                                   cross_node)
         return f.weight_sync_s + SYNC_RPCS * self.tables.rpc_s
+
+    def stream_handoff_time(self, items: int) -> float:
+        """Partial colocate: the rollout engine awaits one queue put per finished batch."""
+        return self.tables.rpc_s
 
     def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
         return self.analytic.checkpoint_time(model, par)

@@ -15,7 +15,7 @@ requested any more); the trainer reloads when both are released.
 from __future__ import annotations
 
 from importlib import metadata
-from typing import Optional, Sequence
+from typing import Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 import simpy
@@ -28,6 +28,16 @@ from yatt.core.schedule import Stage, step_schedule
 from .engine import GenEngine, Router
 from .pool import StepPool, step_pool
 from .trainer import rank_phase, split, train_epochs
+
+
+@runtime_checkable
+class StreamCost(Protocol):
+    """Optional cost-model extension: seconds a rollout engine is blocked handing one batch
+    of finished requests to the GenRM queue when streaming (partial colocate). The executor
+    awaits one queue `put` (a Ray round trip) per engine step that finished requests; a
+    cost model without this method streams for free."""
+
+    def stream_handoff_time(self, items: int) -> float: ...
 
 
 def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, steps: int = 1,
@@ -253,11 +263,16 @@ class _Step:
 
         self._resolved = resolved
 
+        handoff = self.cost.stream_handoff_time if isinstance(self.cost, StreamCost) else None
+
         def rollout_done(_e, done, t):
             for i in done:
                 rollout_end[i] = t
             if has_genrm:
-                return gr.submit(done)
+                hold = gr.submit(done)
+                if hold is None and handoff is not None and (dt := handoff(len(done))) > 0:
+                    return env.timeout(dt)
+                return hold
             self._judged(done, t)
             return None
 
