@@ -45,8 +45,9 @@ def parse_yaml(text: str, file: str = "") -> Any:
     """YAML text to plain data; any problem with the text is an `InputError`.
 
     Besides syntax errors this covers what PyYAML raises on hostile text outside its own
-    error type: ints past Python's digit limit and impossible dates (ValueError) and
-    nesting deeper than the parser can recurse (RecursionError)."""
+    error type: ints past Python's digit limit and impossible dates (ValueError), `!!int ''`
+    (IndexError), nesting deeper than the parser can recurse (RecursionError). Parsing only
+    reads `text`, so whatever it raises is a fault of the text, never of yatt."""
     try:
         return yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as e:
@@ -56,13 +57,13 @@ def parse_yaml(text: str, file: str = "") -> Any:
         raise YamlInputError(f"invalid YAML: {problem}", field=where, file=file) from None
     except RecursionError:
         raise YamlInputError("invalid YAML: nested too deeply", file=file) from None
-    except (ValueError, OverflowError) as e:
+    except Exception as e:  # noqa: BLE001 - see the docstring
         raise YamlInputError(f"invalid YAML value: {_why(e)}", file=file) from None
 
 
 def _why(e: Exception) -> str:
-    """A short reason for a ValueError/OverflowError raised while parsing."""
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    """A short reason for an exception raised while parsing."""
+    text = str(e).splitlines()[0] if str(e).strip() else type(e).__name__
     if "integer string conversion" in text:
         return "an integer with more than 4300 digits"
     return text[:120]

@@ -17,9 +17,9 @@ class InputError(Exception):
         super().__init__(self.one_line())
 
     def one_line(self) -> str:
-        parts = [p for p in (self.file, self.field) if p]
-        text = " ".join(self.message.split())  # guarantee a single line
-        return ": ".join(parts + [text])
+        # guarantee a single line, whatever a hostile file name, key or value contains
+        parts = [" ".join(p.split()) for p in (self.file, self.field, self.message)]
+        return ": ".join(p for p in parts[:2] if p) + (": " if any(parts[:2]) else "") + parts[2]
 
     def within(self, *, file: str = "", prefix: str = "") -> "InputError":
         """Re-home the error: add a file name and/or a parent field path."""

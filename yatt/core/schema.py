@@ -87,7 +87,8 @@ def _range_text(meta: Mapping[str, Any]) -> str:
 
 def _key(k: Any) -> str:
     """A mapping key as a field-path segment (bounded, so junk keys keep the line short)."""
-    return k if isinstance(k, str) and len(k) <= 60 else show(k)
+    plain = isinstance(k, str) and 0 < len(k) <= 60 and k.isprintable() and k.strip() == k
+    return k if plain else show(k)
 
 
 def _check_range(value: Any, meta: Mapping[str, Any], field: str) -> None:
