@@ -1,0 +1,310 @@
+"""`yatt demo prepare`: the learning demo's checkpoints, trained offline from a seed.
+
+Why: RL only learns when the policy sometimes succeeds, and a GenRM is only a reward
+when it agrees with the truth. A random-init actor never writes a correct sum, and a
+random-init GenRM writes noise. This module trains, with plain torch + transformers on
+CPU in about a minute:
+  * the actor: supervised warm start on the addition task (prompt -> " <sum><eos>"),
+    stopped as soon as its expected exact accuracy at temperature 1 (the probability of
+    the exact answer string, teacher-forced, averaged over held-out problems) reaches
+    `actor_target` (default 0.3), so RL has room to improve it;
+  * the GenRM (bigger): reads the judging template `genrm.TEMPLATE` filled with
+    (question, candidate answer) and writes " 1" (correct) or " 0" (wrong), trained on
+    correct answers and near-miss wrong ones. Its agreement with `task.exact_match` is
+    measured on held-out pairs and reported.
+Everything is seeded (single-threaded torch), so the same seed gives the same weights.
+Checkpoints are HF directories (safetensors + char tokenizer) that vLLM and Megatron load.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+from yatt.core.specs import ModelSpec
+
+STAMP = "yatt_demo.json"
+
+
+@dataclass(frozen=True)
+class PrepConfig:
+    seed: int = 0
+    actor_target: float = 0.3        # stop the actor's SFT at this expected accuracy (T=1)
+    actor_max_steps: int = 3000
+    actor_lr: float = 1e-3
+    genrm_target: float = 0.9       # stop the GenRM at this agreement (held-out pairs)
+    genrm_steps: int = 3000
+    genrm_lr: float = 1e-3
+    batch: int = 128
+    eval_every: int = 25
+    eval_rows: int = 256
+
+
+@dataclass(frozen=True)
+class PrepReport:
+    actor_dir: str
+    genrm_dir: str
+    actor_steps: int
+    actor_expected_accuracy: float   # mean P(exact answer) at T=1, held-out problems
+    genrm_steps: int
+    genrm_agreement: float           # GenRM verdict == exact checker, held-out pairs
+    genrm_agreement_on_correct: float
+    genrm_agreement_on_wrong: float
+    seconds: float
+
+
+# ---------------------------------------------------------------------------- data
+def problem(rng: np.random.Generator) -> tuple[str, str]:
+    """One question as `task.step_prompts` writes it, and its answer."""
+    a, b = (int(x) for x in rng.integers(10, 99, size=2))
+    return f"Q: {a}+{b}= A:", str(a + b)
+
+
+def wrong_answer(rng: np.random.Generator, answer: str) -> str:
+    """A plausible wrong answer: off by a little, a digit changed, digits swapped, or random."""
+    v = int(answer)
+    kind = int(rng.integers(0, 5))
+    if kind == 0:
+        w = v + int(rng.choice([-1, 1, -2, 2, -10, 10]))
+    elif kind == 1:
+        d = list(answer)
+        i = int(rng.integers(0, len(d)))
+        d[i] = str((int(d[i]) + int(rng.integers(1, 10))) % 10)
+        w = int("".join(d))
+    elif kind == 2 and len(answer) > 1 and answer[-1] != answer[-2]:
+        w = int(answer[:-2] + answer[-1] + answer[-2])
+    else:
+        w = int(rng.integers(0, 200))
+    return str(w) if w != v else str(v + 1)
+
+
+def _encode(tok, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False)
+
+
+def _batch(rows: list[tuple[list[int], list[int]]], pad: int):
+    """(prompt ids, target ids) -> input ids, labels (-100 outside targets)."""
+    import torch
+
+    n = max(len(p) + len(t) for p, t in rows)
+    ids = torch.full((len(rows), n), pad, dtype=torch.long)
+    lab = torch.full((len(rows), n), -100, dtype=torch.long)
+    for i, (p, t) in enumerate(rows):
+        x = p + t
+        ids[i, :len(x)] = torch.tensor(x)
+        lab[i, len(p) - 1:len(x) - 1] = torch.tensor(t)
+    return ids, lab
+
+
+def _seq_logprob(model, ids, lab):
+    """Sum of target-token log-probs per row."""
+    import torch
+
+    logits = model(ids).logits.float()
+    lp = logits.log_softmax(-1)
+    mask = lab != -100
+    g = lp.gather(2, lab.clamp(min=0)[..., None])[..., 0]
+    return (g * mask).sum(1), mask
+
+
+def _train(model, make_rows: Callable[[np.random.Generator], list], pad: int, steps: int, lr: float,
+           rng: np.random.Generator, stop: Optional[Callable[[int], bool]] = None,
+           every: int = 25) -> int:
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 50))
+    model.train()
+    for step in range(1, steps + 1):
+        ids, lab = _batch(make_rows(rng), pad)
+        logits = model(ids).logits.float()
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]),
+                                                 lab.reshape(-1), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if stop is not None and step % every == 0:
+            model.eval()
+            done = stop(step)
+            model.train()
+            if done:
+                return step
+    return steps
+
+
+# ---------------------------------------------------------------------------- actor
+def actor_rows(tok, rng: np.random.Generator, n: int) -> list[tuple[list[int], list[int]]]:
+    rows = []
+    for _ in range(n):
+        q, a = problem(rng)
+        rows.append(([tok.bos_token_id] + _encode(tok, q), _encode(tok, " " + a) + [tok.eos_token_id]))
+    return rows
+
+
+def actor_expected_accuracy(model, tok, rows) -> float:
+    """Mean probability of writing exactly ' <sum><eos>' at temperature 1."""
+    import torch
+
+    with torch.no_grad():
+        ids, lab = _batch(rows, tok.pad_token_id)
+        lp, _ = _seq_logprob(model, ids, lab)
+    return float(lp.exp().mean())
+
+
+def actor_greedy_accuracy(model, tok, rows) -> float:
+    """Share of problems whose every answer token is the argmax (teacher-forced greedy)."""
+    import torch
+
+    with torch.no_grad():
+        ids, lab = _batch(rows, tok.pad_token_id)
+        pred = model(ids).logits.argmax(-1)
+    mask = lab != -100
+    return float(((pred == lab) | ~mask).all(1).float().mean())
+
+
+# ---------------------------------------------------------------------------- GenRM
+def judge_text(question: str, response: str) -> str:
+    """The GenRM's input text, exactly as `GenRMServer` builds it (response decoded with
+    its leading space)."""
+    from .genrm import TEMPLATE
+
+    return TEMPLATE.format(prompt=question, response=response)
+
+
+def verdict(score: int) -> str:
+    """What the GenRM writes after 'Score:' (then <eos>); `ScoreParser` reads the number."""
+    return f" {score}"
+
+
+def genrm_rows(tok, rng: np.random.Generator, n: int) -> list[tuple[list[int], list[int]]]:
+    rows = []
+    for i in range(n):
+        q, a = problem(rng)
+        good = i % 2 == 0
+        ans = a if good else wrong_answer(rng, a)
+        rows.append(([tok.bos_token_id] + _encode(tok, judge_text(q, " " + ans)),
+                     _encode(tok, verdict(1 if good else 0)) + [tok.eos_token_id]))
+    return rows
+
+
+def genrm_agreement(model, tok, rows) -> tuple[float, float, float]:
+    """The GenRM's greedy verdict (P(' 1') vs P(' 0') after 'Score: ') against the label:
+    overall, on correct answers, on wrong answers."""
+    import torch
+
+    one, zero = _encode(tok, "1")[0], _encode(tok, "0")[0]
+    with torch.no_grad():
+        ids, _ = _batch(rows, tok.pad_token_id)
+        logits = model(ids).logits.float()
+    hits, pos, neg = [], [], []
+    for i, (p, t) in enumerate(rows):
+        row = logits[i, len(p)]               # targets: ' ', digit, eos; digit predicted here
+        says, truth = bool(row[one] > row[zero]), t[1] == one
+        hits.append(says == truth)
+        (pos if truth else neg).append(says == truth)
+    return float(np.mean(hits)), float(np.mean(pos)), float(np.mean(neg))
+
+
+# ---------------------------------------------------------------------------- driver
+def _stamp(spec: ModelSpec, cfg: PrepConfig, role: str) -> dict:
+    return {"role": role, "spec": asdict(spec), "cfg": asdict(cfg), "version": 1}
+
+
+def _is_prepared(d: Path, stamp: dict) -> Optional[dict]:
+    try:
+        got = json.loads((d / STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    return got if got.get("stamp") == stamp and (d / "model.safetensors").exists() else None
+
+
+class DemoRole(str, Enum):
+    ACTOR = "actor"
+    GENRM = "genrm"
+
+
+# Model names (configs/model/demo-*.yaml) whose checkpoints this module prepares on demand.
+PREPARED_MODELS: dict[str, DemoRole] = {"demo-actor": DemoRole.ACTOR, "demo-genrm": DemoRole.GENRM}
+
+
+def prepared_dir(spec: ModelSpec, role: DemoRole, out_root: Path, cfg: PrepConfig) -> Path:
+    return Path(out_root) / f"{spec.name}-{role.value}-s{cfg.seed}"
+
+
+def prepare_one(spec: ModelSpec, role: DemoRole, out_root: Path, cfg: PrepConfig = PrepConfig(),
+                log: Callable[[str], None] = lambda s: None) -> tuple[Path, dict]:
+    """Train (or reuse, when its stamp matches) one demo checkpoint; returns (dir, report)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from .hf_model import build_hf_model
+
+    d = prepared_dir(spec, role, out_root, cfg)
+    stamp = _stamp(spec, cfg, role.value)
+    done = _is_prepared(d, stamp)
+    if done:
+        return d, done["report"]
+    torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
+    rng = np.random.default_rng([cfg.seed, 1 if role is DemoRole.ACTOR else 2])
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        build_hf_model(spec, d, cfg.seed)
+        tok = AutoTokenizer.from_pretrained(str(d))
+        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
+        rep = _TRAIN[role](model, tok, cfg, rng, log)
+        model.save_pretrained(str(d), safe_serialization=True)
+    (d / STAMP).write_text(json.dumps({"stamp": stamp, "report": rep}, indent=1))
+    return d, rep
+
+
+def _train_actor(model, tok, cfg: PrepConfig, rng, log) -> dict:
+    held = actor_rows(tok, np.random.default_rng([cfg.seed, 99]), cfg.eval_rows)
+    acc = {"v": 0.0}
+
+    def stop(step: int) -> bool:
+        acc["v"] = actor_expected_accuracy(model, tok, held)
+        log(f"actor step {step}: expected accuracy {acc['v']:.3f}, "
+            f"greedy {actor_greedy_accuracy(model, tok, held):.3f}")
+        return acc["v"] >= cfg.actor_target
+    n = _train(model, lambda r: actor_rows(tok, r, cfg.batch), tok.pad_token_id,
+               cfg.actor_max_steps, cfg.actor_lr, rng, stop, cfg.eval_every)
+    model.eval()
+    return {"actor_steps": n,
+            "actor_expected_accuracy": round(actor_expected_accuracy(model, tok, held), 4)}
+
+
+def _train_genrm(model, tok, cfg: PrepConfig, rng, log) -> dict:
+    held = genrm_rows(tok, np.random.default_rng([cfg.seed, 98]), cfg.eval_rows)
+
+    def gstop(step: int) -> bool:
+        ag = genrm_agreement(model, tok, held)[0]
+        log(f"genrm step {step}: agreement {ag:.3f}")
+        return ag >= cfg.genrm_target
+    n = _train(model, lambda r: genrm_rows(tok, r, cfg.batch), tok.pad_token_id,
+               cfg.genrm_steps, cfg.genrm_lr, rng, gstop, cfg.eval_every)
+    model.eval()
+    ag, ap, an = genrm_agreement(model, tok, held)
+    return {"genrm_steps": n, "genrm_agreement": round(ag, 4), "genrm_agreement_on_correct": round(ap, 4),
+            "genrm_agreement_on_wrong": round(an, 4)}
+
+
+_TRAIN: dict[DemoRole, Callable[..., dict]] = {DemoRole.ACTOR: _train_actor,
+                                               DemoRole.GENRM: _train_genrm}
+
+
+def prepare(actor: ModelSpec, genrm: ModelSpec, out_root: Path, cfg: PrepConfig = PrepConfig(),
+            log: Callable[[str], None] = lambda s: None) -> PrepReport:
+    """Train (or reuse) the demo actor and GenRM under out_root."""
+    t0 = time.perf_counter()
+    a_dir, a_rep = prepare_one(actor, DemoRole.ACTOR, out_root, cfg, log)
+    g_dir, g_rep = prepare_one(genrm, DemoRole.GENRM, out_root, cfg, log)
+    return PrepReport(str(a_dir), str(g_dir), **a_rep, **g_rep,
+                      seconds=round(time.perf_counter() - t0, 1))
