@@ -36,6 +36,28 @@ _Loader.add_implicit_resolver(
     list("-+0123456789."))
 
 
+def _mapping_no_duplicates(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    """A mapping whose keys are unique: PyYAML would silently keep the last duplicate,
+    so `tp: 1` then `tp: 8` in one block would be read as 8 without a word."""
+    loader.flatten_mapping(node)
+    seen: dict = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        try:
+            dup = key in seen
+        except TypeError:  # unhashable key: let the default constructor report it
+            break
+        if dup:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"duplicate key {key!r} (first at line {seen[key] + 1})",
+                key_node.start_mark)
+        seen[key] = key_node.start_mark.line
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _mapping_no_duplicates)
+
+
 class YamlInputError(InputError, yaml.YAMLError):
     """Bad YAML text: an `InputError` (one line, exit 2) that is also a `yaml.YAMLError`,
     so code written against PyYAML's error type keeps working."""
