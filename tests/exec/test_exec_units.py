@@ -51,7 +51,8 @@ def test_check_runnable_rejects_clearly(demo_experiment):
     check_runnable(plan, 2)
     with pytest.raises(InputError, match="steps"):
         check_runnable(plan, 0)
-    wl = dataclasses.replace(demo_experiment.workload, dynamic_sampling=True)
+    wl = dataclasses.replace(demo_experiment.workload, dynamic_sampling=True,
+                             samples_per_prompt=1)
     bad = demo_plan(dataclasses.replace(demo_experiment, workload=wl), Mode.PARTIAL)
     with pytest.raises(InputError, match="dynamic sampling"):
         check_runnable(bad, 1)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
+from enum import Enum
 from typing import Optional
 
 import numpy as np
@@ -17,6 +18,18 @@ import numpy as np
 from .errors import InputError
 from .roles import AlgoName, DistKind, RewardSource
 from .schema import spec_field
+
+
+class KLEstimator(str, Enum):
+    """Per-token estimator of KL(pi || pi_ref) (Schulman, "Approximating KL divergence")."""
+
+    K1 = "k1"   # log pi - log pi_ref: unbiased, can be negative per token
+    K3 = "k3"   # exp(r) - r - 1 with r = log pi_ref - log pi: unbiased, always >= 0
+
+
+class LrSchedule(str, Enum):
+    CONSTANT = "constant"   # lr after the (optional) linear warmup
+    COSINE = "cosine"       # linear warmup, then cosine decay to lr * lr_min_ratio at the last step
 
 
 @dataclass(frozen=True)
@@ -221,6 +234,21 @@ class AlgoSpec:
     temperature: float = spec_field(1.0, ge=0)
     recompute: bool = True
     distributed_optimizer: bool = True
+    # --- RL algorithm details (yatt/exec/algo.py; README "RL algorithm and the learning demo")
+    adv_std: bool = True            # GRPO: divide by the prompt group's reward std
+    reward_norm: bool = False       # batch-level (r - mean) / std before the group advantage
+    dual_clip: float = spec_field(0.0, ge=0, help="dual-clip constant c > 1 for A < 0 (0 = off)")
+    kl_estimator: KLEstimator = KLEstimator.K3
+    lr_schedule: LrSchedule = LrSchedule.CONSTANT
+    lr_warmup_steps: int = spec_field(0, ge=0, help="linear warmup steps")
+    lr_min_ratio: float = spec_field(0.1, ge=0, le=1, help="cosine floor, as a fraction of lr")
+    seq_len_batching: bool = False  # WeChat-YATT: sequences per micro-batch from length
+    adaptive_accept: bool = False   # WeChat-YATT: keep 100/70/50% by clipped-token ratio
+
+    def __post_init__(self) -> None:
+        if self.dual_clip and self.dual_clip <= 1.0:
+            raise InputError(f"got {self.dual_clip!r}; allowed: 0 (off) or a number > 1",
+                             field="dual_clip")
 
 
 @dataclass(frozen=True)

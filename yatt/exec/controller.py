@@ -8,6 +8,14 @@ costs for DP balancing). Controllers meet only at phase barriers the placement m
 requires. `plan.controllers == 1` runs the same class in the driver process itself.
 Group-relative advantages need no cross-controller data because a prompt's samples all
 live in one shard; global reward mean/std are combined from moments.
+
+Dynamic sampling (DAPO): after each generation round, `resample` drops this shard's
+groups whose rewards are all equal and queues one replacement group (a new prompt) per
+dropped group for the next round; groups dropped in the last allowed round are not
+replaced, so the trained batch can be smaller. Dropped samples are recorded with
+kept=False, dp_rank=-1 and their round, as in the simulator (yatt/sim/pool.py).
+Every rollout is also scored by the task's exact checker (`accuracy`), whatever the
+reward source.
 """
 from __future__ import annotations
 
@@ -16,15 +24,14 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-import numpy as np
-
 from yatt.core.roles import RewardSource
 from yatt.core.specs import Workload
 from yatt.core.trace import SampleRecord
 
+from .algo import all_equal_groups, step_advantages
 from .genrm import Judgment, rule_judgment
 from .rollout import GenRequest, GenResult
-from .task import Prompt, SampleSpec, exact_match, step_prompts, step_samples
+from .task import Prompt, SampleSpec, exact_match, prompt_index, step_prompts, step_samples
 from .workers import TrainItem
 
 
@@ -39,6 +46,8 @@ class ControllerConfig:
     temperature: float
     t0: float                      # run start, time.time()
     queue_capacity: int = 64
+    adv_std: bool = True            # AlgoSpec.adv_std
+    reward_norm: bool = False       # AlgoSpec.reward_norm
 
 
 @dataclass(frozen=True)
@@ -51,11 +60,18 @@ class Moments:
     parse_fail: int = 0
     response_tokens: int = 0
     payload_bytes: int = 0
+    correct: int = 0               # exact-checker hits among the n rollouts
+    dropped: int = 0               # samples dropped by dynamic sampling
 
     def __add__(self, o: "Moments") -> "Moments":
         return Moments(self.n + o.n, self.total + o.total, self.total_sq + o.total_sq,
                        self.parse_fail + o.parse_fail, self.response_tokens + o.response_tokens,
-                       self.payload_bytes + o.payload_bytes)
+                       self.payload_bytes + o.payload_bytes, self.correct + o.correct,
+                       self.dropped + o.dropped)
+
+    @property
+    def accuracy(self) -> float:
+        return self.correct / self.n if self.n else 0.0
 
     @property
     def mean(self) -> float:
@@ -98,24 +114,64 @@ class StepController:
 
     # ---- step data -------------------------------------------------------------------
     def begin(self, step: int) -> int:
-        wl = self.cfg.workload
-        prompts = shard(step_prompts(self.cfg.seed, step, wl), self.cfg.index, self.cfg.count)
-        ids = {p.prompt_id for p in prompts}
         self.step = step
-        self.prompts: dict[int, Prompt] = {p.prompt_id: p for p in prompts}
-        self.specs: list[SampleSpec] = [s for s in step_samples(self.cfg.seed, step, wl)
-                                        if s.prompt_id in ids]
-        bos = self.tok.bos_token_id
-        self.prompt_ids = {p.prompt_id: tuple([bos] + self.tok.encode(p.text, add_special_tokens=False))
-                           for p in prompts}
+        self.prompts: dict[int, Prompt] = {}
+        self.specs: list[SampleSpec] = []         # every sample of the step, all rounds
+        self.round_of: dict[int, int] = {}        # sample id -> dynamic-sampling round
+        self.dropped: set[int] = set()            # sample ids of dropped groups
+        self.prompt_ids: dict[int, tuple[int, ...]] = {}
         self.results: dict[int, GenResult] = {}
         self.judged: dict[int, Judgment] = {}
+        self.correct: dict[int, float] = {}
         self.ref_lp: dict[int, tuple[float, ...]] = {}
-        return len(self.specs)
+        wl = self.cfg.workload
+        mine = {p.prompt_id for p in shard(step_prompts(self.cfg.seed, step, wl),
+                                           self.cfg.index, self.cfg.count)}
+        return self._add_round(0, {prompt_index(p, wl) for p in mine})
+
+    def _add_round(self, rnd: int, indices: set[int]) -> int:
+        """Queue the groups with these prompt indices of round `rnd` as the pending work."""
+        wl = self.cfg.workload
+        prompts = [p for p in step_prompts(self.cfg.seed, self.step, wl, rnd)
+                   if prompt_index(p.prompt_id, wl) in indices]
+        ids = {p.prompt_id for p in prompts}
+        bos = self.tok.bos_token_id
+        for p in prompts:
+            self.prompts[p.prompt_id] = p
+            self.prompt_ids[p.prompt_id] = tuple([bos] + self.tok.encode(p.text, add_special_tokens=False))
+        self.pending = [s for s in step_samples(self.cfg.seed, self.step, wl, rnd)
+                        if s.prompt_id in ids]
+        self.specs.extend(self.pending)
+        self.round_of.update({s.sample_id: rnd for s in self.pending})
+        self._pm_step = None
+        return len(self.pending)
+
+    def resample(self, rnd: int, last: bool) -> int:
+        """After round `rnd` is judged: drop all-equal groups (dynamic sampling only) and
+        queue replacements unless `last`. Returns the number of samples queued."""
+        wl = self.cfg.workload
+        if not wl.dynamic_sampling or wl.samples_per_prompt < 2:
+            self.pending = []
+            return 0
+        groups: dict[int, list[float]] = {}
+        members: dict[int, list[int]] = {}
+        for s in self.pending:
+            groups.setdefault(s.prompt_id, []).append(self.judged[s.sample_id].reward)
+            members.setdefault(s.prompt_id, []).append(s.sample_id)
+        drop = all_equal_groups(groups)
+        for pid in drop:
+            self.dropped.update(members[pid])
+        self.pending = []
+        if last or not drop:
+            return 0
+        return self._add_round(rnd + 1, {prompt_index(p, wl) for p in drop})
+
+    def kept_specs(self) -> list[SampleSpec]:
+        return [s for s in self.specs if s.sample_id not in self.dropped]
 
     def _requests(self) -> list[GenRequest]:
         out, first = [], set()
-        for s in self.specs:
+        for s in self.pending:
             payload = None
             if s.prompt_id not in first:   # ship the prompt's payload once, with its 1st sample
                 first.add(s.prompt_id)
@@ -130,12 +186,15 @@ class StepController:
             parts[key(x) % k].append(x)
         return parts
 
-    def _rule_rewards(self) -> None:
-        for r in self.results.values():
-            spec_pid = self._pid(r.key)
+    def _check(self, sids: list[int]) -> None:
+        """Exact-checker score of each new rollout (the accuracy metric; the rule reward)."""
+        for sid in sids:
+            r = self.results[sid]
             text = self.tok.decode(list(r.token_ids), skip_special_tokens=True)
-            self.judged[r.key] = rule_judgment(r.key, self.prompts[spec_pid].answer, text,
-                                               exact_match, r.end_s)
+            answer = self.prompts[self._pid(sid)].answer
+            self.correct[sid] = exact_match(answer, text)
+            if self.cfg.reward is RewardSource.RULE:
+                self.judged[sid] = rule_judgment(sid, answer, text, exact_match, r.end_s)
 
     def _pid(self, sample_id: int) -> int:
         return self._pid_map()[sample_id]
@@ -156,8 +215,7 @@ class StepController:
         refs = [e.generate.remote(p) for e, p in zip(self.rollout_engines, parts) if p]
         for res in ray.get(refs):
             self.results.update({r.key: r for r in res})
-        if self.cfg.reward is RewardSource.RULE:
-            self._rule_rewards()
+        self._check([s.sample_id for s in self.pending])
         return self._report(t)
 
     def judge(self) -> PhaseReport:
@@ -165,8 +223,8 @@ class StepController:
         import ray
 
         t = time.time()
-        parts = self._by_engine(list(self.results.values()), lambda r: r.key,
-                                len(self.genrm_engines))
+        parts = self._by_engine([self.results[s.sample_id] for s in self.pending],
+                                lambda r: r.key, len(self.genrm_engines))
         for js in ray.get([g.judge.remote(p) for g, p in zip(self.genrm_engines, parts) if p]):
             self.judged.update({j.key: j for j in js})
         return self._report(t)
@@ -194,22 +252,30 @@ class StepController:
             self.results.update({r.key: r for r in res})
         for js in ray.get(judge_refs):
             self.judged.update({j.key: j for j in js})
+        self._check([s.sample_id for s in self.pending])
         return self._report(t)
 
     def _report(self, t: float) -> PhaseReport:
-        res = self.results.values()
-        js = [j for j in self.judged.values() if j.input_tokens]
+        res = [self.results[s.sample_id] for s in self.pending]      # this round only
+        js = [j for s in self.pending if (j := self.judged.get(s.sample_id)) and j.input_tokens]
         return PhaseReport(sum(len(r.token_ids) for r in res), t,
                            max((r.end_s for r in res), default=t),
                            max((j.end_s for j in js), default=0.0),
                            sum(j.input_tokens + j.output_tokens for j in js))
 
     def moments(self) -> Moments:
+        """Reward, accuracy and token statistics over every rollout of the step (all rounds)."""
         rs = [j.reward for j in self.judged.values()]
         return Moments(len(rs), float(sum(rs)), float(sum(r * r for r in rs)),
                        sum(1 for j in self.judged.values() if not j.parsed),
                        sum(len(r.token_ids) for r in self.results.values()),
-                       sum(len(p.payload) for p in self.prompts.values()))
+                       sum(len(p.payload) for p in self.prompts.values()),
+                       int(sum(self.correct.values())), len(self.dropped))
+
+    def kept_moments(self) -> Moments:
+        """Reward moments of the samples that will be trained on (batch normalisation)."""
+        rs = [self.judged[s.sample_id].reward for s in self.kept_specs()]
+        return Moments(len(rs), float(sum(rs)), float(sum(r * r for r in rs)))
 
     def _sequence(self, sid: int) -> tuple[tuple[int, ...], int]:
         r = self.results[sid]
@@ -220,13 +286,13 @@ class StepController:
 
     def costs(self) -> list[tuple[int, int]]:
         """(sample_id, sequence tokens) for DP balancing, in sample order."""
-        return [(s.sample_id, len(self._sequence(s.sample_id)[0])) for s in self.specs]
+        return [(s.sample_id, len(self._sequence(s.sample_id)[0])) for s in self.kept_specs()]
 
     def ref_logprobs(self) -> PhaseReport:
         import ray
 
         t = time.time()
-        sids = [s.sample_id for s in self.specs]
+        sids = [s.sample_id for s in self.kept_specs()]
         parts = self._by_engine(sids, lambda x: x, len(self.refs))
         calls = []
         for w, p in zip(self.refs, parts):
@@ -237,32 +303,37 @@ class StepController:
             self.ref_lp.update({s: tuple(lp) for s, lp in zip(p, ray.get(ref))})
         return PhaseReport(sum(len(self._sequence(s)[0]) for s in sids), t, time.time())
 
-    def advantages(self) -> dict[int, float]:
-        """GRPO: reward minus the prompt group's mean, over the group's std (+1e-6)."""
-        groups: dict[int, list[int]] = {}
-        for s in self.specs:
-            groups.setdefault(s.prompt_id, []).append(s.sample_id)
-        adv = {}
-        for sids in groups.values():
-            r = np.array([self.judged[s].reward for s in sids], dtype=np.float64)
-            a = (r - r.mean()) / (r.std() + 1e-6)
-            adv.update({s: float(x) for s, x in zip(sids, a)})
-        return adv
+    def advantages(self, batch_mean: float = 0.0, batch_std: float = 1.0) -> dict[int, float]:
+        """GRPO advantages of the kept samples (`algo.step_advantages`): group mean, the
+        group std if `adv_std`, after batch normalisation with the global moments if
+        `reward_norm`."""
+        import torch
 
-    def stage(self, assign: dict[int, int]) -> int:
-        """Send each sample to every TP rank of its DP group (controller → trainer)."""
+        kept = self.kept_specs()
+        if not kept:
+            return {}
+        r = torch.tensor([self.judged[s.sample_id].reward for s in kept], dtype=torch.float64)
+        g = torch.tensor([s.prompt_id for s in kept])
+        adv = step_advantages(r, g, use_std=self.cfg.adv_std, reward_norm=self.cfg.reward_norm,
+                              batch_mean=batch_mean, batch_std=batch_std)
+        return {s.sample_id: float(a) for s, a in zip(kept, adv.tolist())}
+
+    def stage(self, assign: dict[int, int], batch_mean: float = 0.0,
+              batch_std: float = 1.0) -> int:
+        """Send each kept sample to every TP rank of its DP group (controller -> trainer)."""
         import ray
 
-        adv = self.advantages()
+        adv = self.advantages(batch_mean, batch_std)
+        kept = self.kept_specs()
         per_rank: dict[int, list[TrainItem]] = {}
-        for s in self.specs:
+        for s in kept:
             ids, p = self._sequence(s.sample_id)
             per_rank.setdefault(assign[s.sample_id], []).append(
                 TrainItem(s.sample_id, ids, p, adv[s.sample_id], self.ref_lp.get(s.sample_id)))
         calls = [w.stage.remote(items) for dp, items in per_rank.items()
                  for w in self.trainer_groups[dp]]
         ray.get(calls)
-        return len(self.specs)
+        return len(kept)
 
     def records(self, assign: dict[int, int]) -> list[SampleRecord]:
         t0, out = self.cfg.t0, []
@@ -273,8 +344,9 @@ class StepController:
                 prompt_tokens=len(r.prompt_ids), response_tokens=len(r.token_ids),
                 genrm_input_tokens=j.input_tokens if j else 0,
                 genrm_output_tokens=j.output_tokens if j else 0,
-                reward=j.reward if j else None, kept=True,
-                dp_rank=assign.get(s.sample_id, -1),
+                reward=j.reward if j else None, kept=s.sample_id not in self.dropped,
+                dp_rank=-1 if s.sample_id in self.dropped else assign.get(s.sample_id, -1),
+                round=self.round_of.get(s.sample_id, 0),
                 rollout_end_s=max(0.0, r.end_s - t0),
                 genrm_end_s=max(0.0, j.end_s - t0) if j and j.input_tokens else None))
         return out

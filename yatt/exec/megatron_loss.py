@@ -4,6 +4,8 @@ Why: the loss must be exact under tensor parallelism, where each TP rank holds a
 slice of the logits. Cross-entropy uses megatron's `vocab_parallel_cross_entropy`;
 entropy is reduced over the TP group with `reduce_from_tensor_model_parallel_region`
 (forward all-reduce, backward identity), which is the correct gradient for a sum.
+The rest of the loss (PPO-clip, KL estimators, the total with its signs) is plain torch
+in `algo.py`.
 """
 from __future__ import annotations
 
@@ -13,7 +15,11 @@ import torch
 def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """log p(label) per position, logits [b, s, v/tp] fp32 -> [b, s]."""
     from megatron.core import tensor_parallel
-    return -tensor_parallel.vocab_parallel_cross_entropy(logits.float(), labels)
+    z = logits.float()
+    # vocab_parallel_cross_entropy rewrites its input in place (max-subtract, exp); without
+    # this copy the caller's fp32 logits are garbage afterwards (the entropy of them was
+    # ~log(vocab) whatever the model).
+    return -tensor_parallel.vocab_parallel_cross_entropy(z.clone() if z is logits else z, labels)
 
 
 def token_entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -29,16 +35,3 @@ def token_entropy(logits: torch.Tensor) -> torch.Tensor:
     s = reduce_from_tensor_model_parallel_region(e.sum(-1))
     ez = reduce_from_tensor_model_parallel_region((e * z).sum(-1))
     return m.squeeze(-1) + torch.log(s) - ez / s
-
-
-def ppo_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
-                   clip_eps: float) -> torch.Tensor:
-    """PPO-clip policy-gradient loss per token (to be masked and summed)."""
-    ratio = torch.exp(logp - old_logp)
-    return -torch.minimum(ratio * adv, torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv)
-
-
-def k3_kl(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
-    """Schulman's k3 estimator of KL(pi || ref) per token: exp(r) - r - 1, r = ref - logp."""
-    r = ref_logp - logp
-    return torch.exp(r) - r - 1.0

@@ -3,7 +3,7 @@
 Why: the executor must emit the same Trace schema as the simulator (source MEASURED), so
 replay, calibration and the sim-vs-real fidelity number work on real runs. The recorder
 turns wall-clock times into seconds since run start, and writes the run directory:
-`trace.jsonl`, `timeline.json` (Perfetto), `metrics.csv`, `plan.yaml`.
+`trace.jsonl`, `timeline.json` (Perfetto), `metrics.csv`, `plan.yaml`, `learning.png`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,10 @@ from yatt.core.plan import Plan
 from yatt.core.roles import Phase, Role, TraceSource
 from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
 
-METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "kl", "entropy", "loss",
-                  "grad_norm", "genrm_parse_fail", "response_tokens")
+METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl", "entropy",
+                  "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
+                  "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
+                  "nonfinite_steps")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
 
@@ -87,7 +89,35 @@ class Recorder:
             for row in self.metrics:
                 w.writerow({c: row.get(c, "") for c in cols})
         tmp.replace(out_dir / "metrics.csv")
+        write_learning_png(self.metrics, out_dir / "learning.png")
         return tr
+
+
+def write_learning_png(rows: list[dict[str, Any]], path: Path) -> bool:
+    """learning.png: exact-checker accuracy and mean reward against step (matplotlib is
+    imported lazily; without it nothing is written and False is returned)."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    steps = [r["step"] for r in rows]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(steps, [r.get("accuracy", 0.0) for r in rows], "o-", label="accuracy (exact checker)")
+    ax.set_xlabel("step")
+    ax.set_ylabel("accuracy")
+    ax2 = ax.twinx()
+    ax2.plot(steps, [r.get("reward_mean", 0.0) for r in rows], "s--", color="tab:orange",
+             label="reward mean")
+    ax2.set_ylabel("reward")
+    lines = ax.get_lines() + ax2.get_lines()
+    ax.legend(lines, [ln.get_label() for ln in lines], loc="lower right", fontsize=8)
+    ax.set_title("learning curve")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return True
 
 
 def _hardware(machine: str) -> str:
@@ -122,6 +152,7 @@ class Progress:
         if self.bar is not None:
             self.bar.update(self.task, advance=1,
                             info=f"reward {row.get('reward_mean', 0):.3f}  "
+                                 f"acc {row.get('accuracy', 0):.2f}  "
                                  f"loss {row.get('loss', 0):.4f}  step {row.get('step_s', 0):.1f}s")
 
     def close(self) -> None:

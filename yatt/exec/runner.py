@@ -32,9 +32,11 @@ def effective_release(policy: ReleasePolicy, cpu: bool) -> Release:
 def check_runnable(plan: Plan, steps: int) -> None:
     if steps < 1:
         raise InputError(f"got {steps}; allowed: >= 1", field="steps")
-    if plan.experiment.workload.dynamic_sampling:
-        raise InputError("dynamic sampling is not implemented by the executor yet; "
-                         "allowed: false", field="workload.dynamic_sampling")
+    wl = plan.experiment.workload
+    if wl.dynamic_sampling and wl.samples_per_prompt < 2:
+        raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
+                         "every 1-sample group is; allowed: samples_per_prompt >= 2",
+                         field="workload.samples_per_prompt")
     for p in plan.placements:
         if p.role in (Role.ROLLOUT, Role.GENRM, Role.REFERENCE) and p.tp * p.pp != 1:
             raise InputError(f"{p.role.value} TP*PP={p.tp * p.pp}: inference engines run one per "
@@ -79,7 +81,9 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                         distributed_optimizer=a.distributed_optimizer, kl_coef=a.kl_coef,
                         entropy_coef=a.entropy_coef, clip_eps=a.clip_eps,
                         micro_batch_tokens=a.micro_batch_tokens,
-                        device="cpu" if cpu else "cuda")
+                        device="cpu" if cpu else "cuda", kl_estimator=a.kl_estimator,
+                        dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
+                        seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept)
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d)).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
@@ -143,11 +147,12 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         def make_cfg(i: int, n: int) -> ControllerConfig:
             return ControllerConfig(i, n, seed, exp.workload, exp.algo.reward, paths[Role.ROLLOUT],
                                     exp.algo.temperature, rec.t0,
-                                    queue_capacity=min(exp.engine.queue_capacity, 1024))
+                                    queue_capacity=min(exp.engine.queue_capacity, 1024),
+                                    adv_std=exp.algo.adv_std, reward_norm=exp.algo.reward_norm)
         ctl = ControllerGroup(make_cfg, k, (actors.engines.get(Role.ROLLOUT, []),
                                             actors.engines.get(Role.GENRM, []), actors.refs,
                                             actors.trainer_groups), worker_env(cpu))
-        runner = StepRunner(plan, actors, ctl, rec, release, genrm)
+        runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         for step in range(steps):
             row = runner.run_step(step)
             bar.step(row)

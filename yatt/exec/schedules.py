@@ -7,6 +7,8 @@ another over all devices, with the plan's release policy between them recorded a
 `offload`/`reload` spans with measured cost. Partial colocate: the rollout stage
 streams into the GenRM stage (disjoint devices, bounded queue), then training on all
 devices, then weight sync. Step semantics (prompts, seeds, balancing, loss) are identical.
+Dynamic sampling repeats the generate stages (after the schedule's `between_rounds`
+switches) while controllers have replacement groups queued, up to the workload's cap.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from yatt.core.plan import Plan
 from yatt.core.roles import Phase, Role
 from yatt.core.schedule import Stage, step_schedule
 
+from .algo import lr_at
 from .controller import ControllerGroup, Moments, PhaseReport, StepController
 from .recorder import Recorder
 from .rollout import Release
@@ -38,8 +41,9 @@ class Actors:
 
 class StepRunner:
     def __init__(self, plan: Plan, actors: Actors, controllers: ControllerGroup,
-                 rec: Recorder, release: Release, genrm: bool):
+                 rec: Recorder, release: Release, genrm: bool, total_steps: int = 1):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, controllers, rec
+        self.total_steps = total_steps
         self.release, self.genrm = release, genrm
         self.reference = plan.experiment.algo.use_reference
         self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference)
@@ -58,16 +62,32 @@ class StepRunner:
         t = time.time()
         self._streamed = False
         self._train_out: dict[str, float] = {}
+        self._step = step
         self.ctl.call(StepController.begin, step)
-        for stage in self.schedule.generate + self.schedule.finish:
+        wl = self.plan.experiment.workload
+        last = wl.max_resample_rounds if wl.dynamic_sampling else 0
+        for rnd in range(last + 1):
+            if rnd:
+                for stage in self.schedule.between_rounds:
+                    self.handlers[stage.phase](step, stage)
+            self._streamed = False
+            for stage in self.schedule.generate:
+                self.handlers[stage.phase](step, stage)
+            if not sum(self.ctl.call(StepController.resample, rnd, rnd == last)):
+                break
+        for stage in self.schedule.finish:
             self.handlers[stage.phase](step, stage)
         mom = sum(self.ctl.call(StepController.moments), Moments())
         o = self._train_out
         return self.rec.step_metrics(step, {
             "step_s": round(time.time() - t, 4), "reward_mean": mom.mean, "reward_std": mom.std,
-            "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0), "loss": o.get("loss", 0.0),
-            "grad_norm": o.get("grad_norm", 0.0), "genrm_parse_fail": mom.parse_fail,
-            "response_tokens": mom.response_tokens})
+            "accuracy": mom.accuracy, "samples": mom.n, "dropped": mom.dropped,
+            "rounds": rnd + 1, "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0),
+            "loss": o.get("loss", 0.0), "grad_norm": o.get("grad_norm", 0.0),
+            "lr": o.get("lr", 0.0), "clip_frac": o.get("clip_frac", 0.0),
+            "accept_frac": o.get("accept_frac", 1.0), "skipped": o.get("skipped", 0.0),
+            "nonfinite_steps": o.get("nonfinite_steps", 0.0),
+            "genrm_parse_fail": mom.parse_fail, "response_tokens": mom.response_tokens})
 
     # ---- generation ------------------------------------------------------------------
     def _rollout(self, step: int, stage: Stage) -> None:
@@ -144,8 +164,15 @@ class StepRunner:
         weights = [sequence_cost(n, self.plan.balance_cost, self.attn_w) for _, n in costs]
         bins = partition(weights, dp, self.plan.balance)
         assign = {costs[i][0]: r for r, b in enumerate(bins) for i in b}
-        self.ctl.call(StepController.stage, assign)
-        outs = ray.get([w.train_step.remote() for w in self.actors.trainers])
+        a = self.plan.experiment.algo
+        norm = (0.0, 1.0)
+        if a.reward_norm:
+            km = sum(self.ctl.call(StepController.kept_moments), Moments())
+            norm = (km.mean, km.std)
+        self.ctl.call(StepController.stage, assign, *norm)
+        lr = lr_at(self._step, a.lr, self.total_steps, a.lr_schedule, a.lr_warmup_steps,
+                   a.lr_min_ratio)
+        outs = ray.get([w.train_step.remote(lr) for w in self.actors.trainers])
         self._train_out = {k: float(v) for k, v in outs[0].items()
                            if isinstance(v, (int, float))}
         self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,

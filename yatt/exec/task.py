@@ -1,8 +1,9 @@
 """The demo task: arithmetic questions, their prompts per step, and the rule-based reward.
 
-Why: until the RL-algorithm issue lands, the executor needs a task that is deterministic
-in (seed, step) — so both placement modes train on exactly the same prompts — and that
-has an exact-match checker for `algo.reward: rule`. Response lengths follow the
+Why: the executor needs a task that is deterministic in (seed, step, round) — so both
+placement modes train on exactly the same prompts — and that has an exact checker:
+the reward for `algo.reward: rule`, and the `accuracy` metric for every reward source
+(the learning demo trains against a GenRM and measures with this checker). Response lengths follow the
 workload's distribution (they become the per-sample `max_tokens`).
 """
 from __future__ import annotations
@@ -33,31 +34,50 @@ class SampleSpec:
     max_tokens: int
 
 
-def step_prompts(seed: int, step: int, workload: Workload) -> list[Prompt]:
-    """The step's prompts: 'Q: a+b= A:' with a, b in [10, 99), deterministic."""
-    rng = np.random.default_rng([seed, step, 7])
+def id_block(step: int, round: int, workload: Workload) -> int:
+    """Which block of ids (prompt and sample) a (step, dynamic-sampling round) uses.
+
+    Without dynamic sampling it is the step (ids as before); with it each step owns
+    `max_resample_rounds + 1` consecutive blocks, so replacement ids never collide."""
+    rounds = workload.max_resample_rounds + 1 if workload.dynamic_sampling else 1
+    return step * rounds + round
+
+
+def step_prompts(seed: int, step: int, workload: Workload, round: int = 0) -> list[Prompt]:
+    """The prompts of (step, round): 'Q: a+b= A:' with a, b in [10, 99), deterministic.
+
+    Round r > 0 holds the replacement candidates of dynamic sampling: the replacement for
+    a dropped group with prompt index i (in round r-1) is index i of round r."""
+    rng = np.random.default_rng([seed, step, 7] + ([round] if round else []))
+    block = id_block(step, round, workload)
     out = []
     for i in range(workload.prompts_per_step):
         a, b = (int(x) for x in rng.integers(10, 99, size=2))
         payload = (rng.bytes(workload.sample_payload_bytes)
                    if workload.sample_payload_bytes else b"")
-        out.append(Prompt(step * workload.prompts_per_step + i, f"Q: {a}+{b}= A:",
+        out.append(Prompt(block * workload.prompts_per_step + i, f"Q: {a}+{b}= A:",
                           str(a + b), payload))
     return out
 
 
-def step_samples(seed: int, step: int, workload: Workload) -> list[SampleSpec]:
-    """All samples of the step, n per prompt, with per-sample seeds and length budgets."""
-    rng = np.random.default_rng([seed, step, 11])
+def step_samples(seed: int, step: int, workload: Workload, round: int = 0) -> list[SampleSpec]:
+    """All samples of (step, round), n per prompt, with per-sample seeds and length budgets."""
+    rng = np.random.default_rng([seed, step, 11] + ([round] if round else []))
     n = workload.samples_per_prompt
     lens = workload.response_len.sample(rng, workload.samples_per_step)
-    base = step * workload.samples_per_step
+    block = id_block(step, round, workload)
+    base = block * workload.samples_per_step
     out = []
     for j in range(workload.samples_per_step):
-        pid = step * workload.prompts_per_step + j // n
+        pid = block * workload.prompts_per_step + j // n
         out.append(SampleSpec(base + j, pid, seed * 1_000_003 + base + j,
                               max(1, int(lens[j]))))
     return out
+
+
+def prompt_index(prompt_id: int, workload: Workload) -> int:
+    """A prompt's index within its (step, round) block."""
+    return prompt_id % workload.prompts_per_step
 
 
 _FIRST_INT = re.compile(r"-?\d+")

@@ -11,6 +11,7 @@ The loss is a token mean over *all* DP ranks' response tokens.
 """
 from __future__ import annotations
 
+import math
 import os
 import time
 from dataclasses import dataclass
@@ -19,9 +20,11 @@ from typing import Optional, Sequence
 import torch
 
 from yatt.core.errors import InputError
-from yatt.core.specs import ModelSpec
+from yatt.core.specs import KLEstimator, ModelSpec
 
 from . import megatron_shim
+from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
+                   micro_batches_by_length, ppo_clip_loss, total_token_loss)
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,10 @@ class MegatronTrainer:
                  distributed_optimizer: bool = False, kl_coef: float = 0.0,
                  entropy_coef: float = 0.0, clip_eps: float = 0.2,
                  micro_batch_tokens: int = 4096, device: str = "cpu",
-                 clip_grad: float = 1.0, pad_id: int = 0) -> None:
+                 clip_grad: float = 1.0, pad_id: int = 0,
+                 kl_estimator: KLEstimator = KLEstimator.K3, dual_clip: float = 0.0,
+                 ppo_epochs: int = 1, seq_len_batching: bool = False,
+                 adaptive_accept: bool = False) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
 
@@ -86,6 +92,9 @@ class MegatronTrainer:
         self.spec, self.tp, self.dp, self.rank = spec, tp, dp, rank
         self.kl_coef, self.entropy_coef, self.clip_eps = kl_coef, entropy_coef, clip_eps
         self.micro_batch_tokens, self.pad_id = micro_batch_tokens, pad_id
+        self.kl_fn, self.dual_clip, self.ppo_epochs = KL_ESTIMATORS[kl_estimator], dual_clip, ppo_epochs
+        self.seq_len_batching, self.adaptive_accept = seq_len_batching, adaptive_accept
+        self.nonfinite_steps = 0
         self.device = torch.device(device)
         if device.startswith("cuda"):
             torch.cuda.set_device(rank % torch.cuda.device_count())
@@ -154,7 +163,7 @@ class MegatronTrainer:
         from .megatron_loss import token_logprobs
         self.ddp.eval()
         out: list[list[float]] = [[] for _ in input_ids]
-        for group in micro_batches([len(x) for x in input_ids], self.micro_batch_tokens):
+        for group in self._groups(input_ids):
             seqs = [input_ids[i] for i in group]
             ids, labels, pos = self._pack(seqs)
             lp = token_logprobs(self._logits(ids, pos), labels).cpu()
@@ -163,68 +172,148 @@ class MegatronTrainer:
                 out[i] = lp[j, p - 1:n - 1].tolist()
         return out
 
+    def _groups(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
+        lens = [len(x) for x in seqs]
+        return (micro_batches_by_length(lens) if self.seq_len_batching
+                else micro_batches(lens, self.micro_batch_tokens))
+
+    def set_lr(self, lr: float) -> None:
+        for g in self.optimizer.param_groups:
+            g["lr"] = lr
+
     @megatron_shim.on_any_thread
-    def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimizer step on this rank's batch; returns global (all-DP) metrics."""
+    def train_step(self, batch: TrainBatch, lr: Optional[float] = None) -> dict[str, float]:
+        """`ppo_epochs` optimizer steps on this rank's batch; returns global (all-DP) metrics.
+
+        loss/kl/entropy are from the first epoch (on-policy); clip_frac/accept_frac from the
+        last. old log-probs: `batch.old_logprobs` if given, else the first epoch's own
+        (detached) log-probs. Non-finite loss or gradients skip that optimizer step on every
+        rank (counted in `skipped` and the running `nonfinite_steps`)."""
         from megatron.core import parallel_state as ps
 
-        from .megatron_loss import k3_kl, ppo_token_loss, token_entropy, token_logprobs
+        from .megatron_loss import token_entropy, token_logprobs
         t0 = time.perf_counter()
+        if lr is not None:
+            self.set_lr(lr)
+        dp_group = ps.get_data_parallel_group()
+        groups = self._groups(batch.input_ids)
+        resp = [len(x) - p for x, p in zip(batch.input_ids, batch.prompt_lens)]
+        old_cache: dict[int, torch.Tensor] = {}
+        metrics: dict[str, float] = {}
+        skipped, accept, clip_frac = 0, 1.0, 0.0
+        for epoch in range(self.ppo_epochs):
+            keep = [1.0] * len(resp)
+            if self.adaptive_accept and epoch > 0:
+                accept, keep = self._accept(batch, groups, old_cache, dp_group)
+            n_local = float(sum(n * k for n, k in zip(resp, keep)))
+            tot_d = torch.tensor([n_local], device=self.device)
+            torch.distributed.all_reduce(tot_d, group=dp_group)
+            n_global = float(tot_d.item())
+            if n_global == 0:   # e.g. dynamic sampling dropped every group this step
+                metrics.update(loss=0.0, kl=0.0, entropy=0.0, tokens=0.0)
+                break
+            out, bad = self._epoch(batch, groups, keep, n_global, epoch, old_cache, dp_group,
+                                   token_logprobs, token_entropy)
+            clip_frac = out.pop("clip_frac")
+            if epoch == 0:
+                metrics.update(out)
+            if bad:
+                self.optimizer.zero_grad()
+                skipped += 1
+                self.nonfinite_steps += 1
+                metrics["grad_norm"] = float("nan")
+                continue
+            ok, grad_norm, _ = self.optimizer.step()
+            if grad_norm is not None and not math.isfinite(float(grad_norm)):
+                self.nonfinite_steps += 1
+            metrics["grad_norm"] = float(grad_norm) if grad_norm is not None else float("nan")
+            skipped += 0 if ok else 1
+            self.steps += int(ok)
+        metrics.setdefault("grad_norm", float("nan"))
+        metrics.update(skipped=float(skipped), clip_frac=clip_frac, accept_frac=accept,
+                       nonfinite_steps=float(self.nonfinite_steps),
+                       lr=float(self.optimizer.param_groups[0]["lr"]),
+                       step_time_s=time.perf_counter() - t0)
+        return metrics
+
+    def _epoch(self, batch: TrainBatch, groups, keep, n_global: float, epoch: int, old_cache,
+               dp_group, token_logprobs, token_entropy) -> tuple[dict[str, float], bool]:
+        """Forward + backward over all micro-batches; returns global metrics, non-finite flag."""
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
-        n_local = float(sum(len(x) - p for x, p in zip(batch.input_ids, batch.prompt_lens)))
-        dp_group = ps.get_data_parallel_group()
-        tot_d = torch.tensor([n_local], device=self.device)
-        torch.distributed.all_reduce(tot_d, group=dp_group)
-        n_global = float(tot_d.item())
-        # sums over local tokens: loss, kl, entropy, bad (non-finite loss)
-        sums = torch.zeros(4, device=self.device)
-        for group in micro_batches([len(x) for x in batch.input_ids], self.micro_batch_tokens):
+        # sums over local tokens: loss, kl, entropy, bad (non-finite loss), clipped tokens
+        sums = torch.zeros(5, device=self.device)
+        for gi, group in enumerate(groups):
             seqs = [batch.input_ids[i] for i in group]
             plens = [batch.prompt_lens[i] for i in group]
             ids, labels, pos = self._pack(seqs)
             s = ids.shape[1]
-            mask = self._response_mask(seqs, plens, s)
+            w = torch.tensor([keep[i] for i in group], device=self.device)[:, None]
+            mask = self._response_mask(seqs, plens, s) * w
             logits = self._logits(ids, pos)
             logp = token_logprobs(logits, labels)
-            old = (self._per_token([batch.old_logprobs[i] for i in group], plens, seqs, s)
-                   if batch.old_logprobs is not None else logp.detach())
+            if batch.old_logprobs is not None:
+                old = self._per_token([batch.old_logprobs[i] for i in group], plens, seqs, s)
+            else:
+                if epoch == 0:
+                    old_cache[gi] = logp.detach()
+                old = old_cache[gi]
             adv = torch.tensor([batch.advantages[i] for i in group], device=self.device)[:, None]
-            tok_loss = ppo_token_loss(logp, old, adv, self.clip_eps)
+            pg = ppo_clip_loss(logp, old, adv, self.clip_eps, self.dual_clip)
             kl = torch.zeros_like(logp)
             if batch.ref_logprobs is not None:
                 ref = self._per_token([batch.ref_logprobs[i] for i in group], plens, seqs, s)
-                kl = k3_kl(logp, ref)
-                tok_loss = tok_loss + self.kl_coef * kl
+                kl = self.kl_fn(logp, ref)
             if self.entropy_coef:
                 ent = token_entropy(logits)
-                tok_loss = tok_loss - self.entropy_coef * ent
             else:
                 with torch.no_grad():
                     ent = token_entropy(logits.detach())
+            tok_loss = total_token_loss(pg, kl, ent, self.kl_coef, self.entropy_coef)
             loss_sum = (tok_loss * mask).sum()
             # DDP averages grads over DP; * dp turns that into a sum of per-rank token sums.
             (loss_sum * (self.dp / n_global)).backward()
             with torch.no_grad():
+                clipped = clipped_tokens(logp.detach(), old, adv, self.clip_eps).float()
                 sums += torch.stack([loss_sum.detach(), (kl * mask).sum(), (ent * mask).sum(),
-                                     (~torch.isfinite(loss_sum.detach())).float()])
+                                     (~torch.isfinite(loss_sum.detach())).float(),
+                                     (clipped * mask).sum()])
         self.ddp.finish_grad_sync()
         torch.distributed.all_reduce(sums, group=dp_group)
         bad = torch.tensor([float(sums[3] > 0) + float(not self._grads_finite())], device=self.device)
         torch.distributed.all_reduce(bad)  # whole world: TP peers and DP peers agree
-        metrics = {"loss": sums[0].item() / n_global, "kl": sums[1].item() / n_global,
-                   "entropy": sums[2].item() / n_global, "tokens": n_global}
-        if bad.item() > 0:
-            self.optimizer.zero_grad()
-            metrics.update(grad_norm=float("nan"), skipped=1.0)
-        else:
-            ok, grad_norm, _ = self.optimizer.step()
-            metrics.update(grad_norm=float(grad_norm) if grad_norm is not None else float("nan"),
-                           skipped=0.0 if ok else 1.0)
-            self.steps += int(ok)
-        metrics["step_time_s"] = time.perf_counter() - t0
-        return metrics
+        return ({"loss": sums[0].item() / n_global, "kl": sums[1].item() / n_global,
+                 "entropy": sums[2].item() / n_global, "tokens": n_global,
+                 "clip_frac": sums[4].item() / n_global}, bad.item() > 0)
+
+    @torch.no_grad()
+    def _accept(self, batch: TrainBatch, groups, old_cache, dp_group) -> tuple[float, list[float]]:
+        """Adaptive acceptance (before an epoch > 0): the global clipped-token ratio under
+        the current weights picks the kept fraction (`algo.acceptance_fraction`); this rank
+        keeps that fraction of its sequences, least-clipped first (`algo.accept_sequences`)."""
+        from .megatron_loss import token_logprobs
+
+        per_seq = [0.0] * len(batch.input_ids)
+        stats = torch.zeros(2, device=self.device)   # clipped tokens, tokens
+        self.ddp.eval()
+        for gi, group in enumerate(groups):
+            seqs = [batch.input_ids[i] for i in group]
+            plens = [batch.prompt_lens[i] for i in group]
+            ids, labels, pos = self._pack(seqs)
+            mask = self._response_mask(seqs, plens, ids.shape[1])
+            logp = token_logprobs(self._logits(ids, pos), labels)
+            old = (self._per_token([batch.old_logprobs[i] for i in group], plens, seqs, ids.shape[1])
+                   if batch.old_logprobs is not None else old_cache[gi])
+            adv = torch.tensor([batch.advantages[i] for i in group], device=self.device)[:, None]
+            c = clipped_tokens(logp, old, adv, self.clip_eps).float() * mask
+            for j, i in enumerate(group):
+                per_seq[i] = float(c[j].sum() / mask[j].sum().clamp(min=1))
+            stats += torch.stack([c.sum(), mask.sum()])
+        torch.distributed.all_reduce(stats, group=dp_group)
+        frac = acceptance_fraction(float(stats[0] / stats[1].clamp(min=1)))
+        kept = set(accept_sequences(per_seq, frac))
+        return frac, [1.0 if i in kept else 0.0 for i in range(len(per_seq))]
 
     def _grads_finite(self) -> bool:
         for buf in self.ddp.buffers:

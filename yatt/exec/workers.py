@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from yatt.core.specs import ModelSpec
+from yatt.core.specs import KLEstimator, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,11 @@ class TrainerArgs:
     clip_eps: float = 0.2
     micro_batch_tokens: int = 4096
     device: str = "cpu"
+    kl_estimator: KLEstimator = KLEstimator.K3
+    dual_clip: float = 0.0
+    ppo_epochs: int = 1
+    seq_len_batching: bool = False
+    adaptive_accept: bool = False
 
 
 def free_port() -> tuple[str, int]:
@@ -73,27 +78,29 @@ class TrainerWorker:
             master_port=master_port, lr=a.lr, seed=a.seed,
             distributed_optimizer=a.distributed_optimizer, kl_coef=a.kl_coef,
             entropy_coef=a.entropy_coef, clip_eps=a.clip_eps,
-            micro_batch_tokens=a.micro_batch_tokens, device=a.device)
+            micro_batch_tokens=a.micro_batch_tokens, device=a.device,
+            kl_estimator=a.kl_estimator, dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
+            seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept)
         return time.perf_counter() - t0
 
     def stage(self, items: list[TrainItem]) -> int:
         self._staged.extend(items)
         return len(self._staged)
 
-    def train_step(self) -> dict:
+    def train_step(self, lr: Optional[float] = None) -> dict:
+        """Train on everything staged (possibly nothing: dynamic sampling can leave a rank
+        empty; it still joins the collectives) at learning rate `lr` (None: unchanged)."""
         from .trainer import TrainBatch
 
         items = sorted(self._staged, key=lambda x: x.sample_id)
         self._staged = []
-        if not items:
-            raise RuntimeError(f"trainer rank {self.rank} got no sequences this step")
         ref = None
-        if all(x.ref_logprobs is not None for x in items):
+        if items and all(x.ref_logprobs is not None for x in items):
             ref = tuple(x.ref_logprobs for x in items)
         batch = TrainBatch(tuple(x.input_ids for x in items), tuple(x.prompt_len for x in items),
                            tuple(x.advantage for x in items), None, ref)
         t0 = time.perf_counter()
-        out = dict(self.trainer.train_step(batch))
+        out = dict(self.trainer.train_step(batch, lr))
         out["seconds"] = time.perf_counter() - t0
         out["sequences"] = len(items)
         return out
