@@ -50,10 +50,17 @@ def prepare_command(args: argparse.Namespace) -> int:
     rep = prepare(exp.actor, exp.genrm, out, cfg, log=console.print if args.verbose else (lambda s: None))
     console.print(f"actor: {rep.actor_dir}  ({rep.actor_steps} SFT steps, expected exact "
                   f"accuracy at T=1: {rep.actor_expected_accuracy:.3f})")
-    console.print(f"genrm: {rep.genrm_dir}  (agreement with the exact checker: "
-                  f"{rep.genrm_agreement:.3f}; on correct answers {rep.genrm_agreement_on_correct:.3f},"
-                  f" on wrong ones {rep.genrm_agreement_on_wrong:.3f})")
-    (out / "demo_report.json").write_text(json.dumps(dataclasses.asdict(rep), indent=1))
+    console.print(f"genrm: {rep.genrm_dir}  ({rep.genrm_steps} steps; whole verdict right "
+                  f"token by token: {rep.genrm_agreement:.3f}; on correct answers "
+                  f"{rep.genrm_agreement_on_correct:.3f}, on wrong ones "
+                  f"{rep.genrm_agreement_on_wrong:.3f})")
+    from yatt.exec.demo_prep import generated_agreement
+    gen = generated_agreement(rep.genrm_dir)
+    console.print(f"genrm as used in a run (greedy generation + ScoreParser, {gen['pairs']} "
+                  f"fresh pairs): agreement {gen['agreement']:.3f} (correct answers "
+                  f"{gen['on_correct']:.3f}, wrong ones {gen['on_wrong']:.3f})")
+    (out / "demo_report.json").write_text(json.dumps({**dataclasses.asdict(rep),
+                                                      "genrm_generated": gen}, indent=1))
     return 0
 
 
