@@ -45,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORKLOADS = ("short", "longtail", "wide")
 OUT = ROOT / "bench" / "results"
+RUNS = ROOT / "out" / "fidelity_runs"  # run directories (traces); not committed
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -92,7 +93,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     exp, cost, plan = _plan(name, mode, profile)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
     pred_step = _median_steps(sim.step_times(), 1)
-    out = OUT / "fidelity_runs" / f"{name}-{mode.value}"
+    out = RUNS / f"{name}-{mode.value}"
     t0 = time.time()
     load0 = os.getloadavg()[0]
     if reuse and (out / "trace.jsonl").is_file():
@@ -192,7 +193,7 @@ def main(argv=None) -> dict:
                     help="RAY_worker_niceness for the runs (default 0, the profile's priority; "
                          "Ray's own default is 15)")
     ap.add_argument("--reuse", action="store_true",
-                    help="re-analyse the saved runs in bench/results/fidelity_runs (no execution)")
+                    help="re-analyse the saved runs in out/fidelity_runs (no execution)")
     args = ap.parse_args(argv)
     from yatt.core.roles import Mode
     from yatt.exec.env import apply_local_env, ensure_ray
