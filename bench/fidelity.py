@@ -173,7 +173,7 @@ def plot(cases: list, path: Path) -> None:
     lo = min(min(a, b) for a, b, _ in pts) * 0.8
     hi = max(max(a, b) for a, b, _ in pts) * 1.25
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
-    ax.set(xscale="log", yscale="log", xlabel="measured s (phase extent per step)",
+    ax.set(xscale="log", yscale="log", xlabel="measured s (busy seconds per step)",
            ylabel="replayed s", title="Per phase (replay of measured lengths)")
     ax.legend(fontsize=7)
     fig.tight_layout()
