@@ -38,6 +38,10 @@ def main() -> int:
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
     ap.add_argument("--out", default="/tmp/yatt-learning")
     ap.add_argument("--result", default=str(ROOT / "bench" / "results" / "learning.json"))
+    ap.add_argument("--reward", default="genrm", choices=["genrm", "rule"],
+                    help="reward source (rule: the exact checker itself, for comparison)")
+    ap.add_argument("--lr", type=float, default=None, help="override algo.lr")
+    ap.add_argument("--kl", type=float, default=None, help="override algo.kl_coef")
     a = ap.parse_args()
 
     from yatt.core.config import load_experiment
@@ -48,7 +52,16 @@ def main() -> int:
     from yatt.exec.runner import run_plan
 
     apply_local_env(cpu=True)
+    import dataclasses
+
+    from yatt.core.roles import RewardSource
     exp = load_experiment(a.config)
+    algo = dataclasses.replace(exp.algo, reward=RewardSource(a.reward))
+    if a.lr is not None:
+        algo = dataclasses.replace(algo, lr=a.lr)
+    if a.kl is not None:
+        algo = dataclasses.replace(algo, kl_coef=a.kl)
+    exp = dataclasses.replace(exp, algo=algo)
     t0 = time.perf_counter()
     resolve_model(exp.actor), resolve_model(exp.genrm)          # prepare once, before timing
     prep_s = time.perf_counter() - t0
@@ -78,10 +91,17 @@ def main() -> int:
            "accuracy_from_mean": round(fr, 4), "accuracy_to_mean": round(to, 4),
            "seeds": per_seed, "prep_s": round(prep_s, 1), "actor_prep": actor, "genrm_prep": demo,
            "machine": "2 shared cores, CPU only, 1 thread per device"}
-    Path(a.result).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.result).write_text(json.dumps(res, indent=1))
+    res.update(lr=exp.algo.lr, kl_coef=exp.algo.kl_coef)
+    out = Path(a.result)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    old = json.loads(out.read_text()) if out.exists() else {}
+    if a.reward == "genrm":
+        old.update(res)                       # the headline numbers: GenRM as the reward
+    else:
+        old[f"{a.reward}_reward"] = res        # comparison run, kept next to them
+    out.write_text(json.dumps(old, indent=1))
     print(f"learning: accuracy {fr:.3f} -> {to:.3f} over seeds {a.seeds} "
-          f"({a.steps} steps, GenRM reward) -> {a.result}")
+          f"({a.steps} steps, {a.reward} reward) -> {a.result}")
     return 0
 
 
