@@ -62,6 +62,10 @@ def ensure_ray(num_devices: int, address: Optional[str] = None, cpu: bool = True
         ray.init(address=address, runtime_env={"env_vars": worker_env(cpu)},
                  log_to_driver=False)
         return False
+    # Ray lowers its workers' priority (niceness 15) by default; the "devices" here are
+    # the CPU itself, so workers must compete on equal terms with the driver (and with the
+    # in-process engines `yatt profile` measures). The raylet reads this at start.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
     os.environ["RAY_TMPDIR"] = tmp
     ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=num_devices if cpu else None, include_dashboard=False,
