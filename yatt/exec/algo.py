@@ -149,14 +149,14 @@ def batch_size_for_len(seq_len: int) -> int:
     return LONG_SEQ_BATCH
 
 
-def micro_batches_by_length(lengths: Sequence[int]) -> list[list[int]]:
-    """Consecutive index groups; a group grows while its size stays within
-    `batch_size_for_len(longest sequence in the group)`."""
+def group_consecutive(lengths: Sequence[int], fits: Callable[[int, int], bool]) -> list[list[int]]:
+    """Consecutive index groups; a group grows while `fits(count, longest)` holds for it
+    with the next sequence added (a group always takes at least one sequence)."""
     out: list[list[int]] = []
     cur: list[int] = []
     longest = 0
     for i, n in enumerate(lengths):
-        if cur and len(cur) + 1 > batch_size_for_len(max(longest, n)):
+        if cur and not fits(len(cur) + 1, max(longest, n)):
             out.append(cur)
             cur, longest = [], 0
         cur.append(i)
@@ -164,6 +164,12 @@ def micro_batches_by_length(lengths: Sequence[int]) -> list[list[int]]:
     if cur:
         out.append(cur)
     return out
+
+
+def micro_batches_by_length(lengths: Sequence[int]) -> list[list[int]]:
+    """Consecutive index groups; a group grows while its size stays within
+    `batch_size_for_len(longest sequence in the group)`."""
+    return group_consecutive(lengths, lambda count, longest: count <= batch_size_for_len(longest))
 
 
 ACCEPT_RULE: tuple[tuple[float, float], ...] = ((0.1, 1.0), (0.3, 0.7))

@@ -24,7 +24,7 @@ from yatt.core.specs import KLEstimator, ModelSpec
 
 from . import megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
-                   micro_batches_by_length, ppo_clip_loss, total_token_loss)
+                   group_consecutive, micro_batches_by_length, ppo_clip_loss, total_token_loss)
 
 
 @dataclass(frozen=True)
@@ -54,18 +54,7 @@ class TrainBatch:
 
 def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[int]]:
     """Consecutive index groups whose padded size (count x longest) fits the token budget."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if cur and (len(cur) + 1) * max(longest, n) > micro_batch_tokens:
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, n)
-    if cur:
-        out.append(cur)
-    return out
+    return group_consecutive(lengths, lambda count, longest: count * longest <= micro_batch_tokens)
 
 
 class MegatronTrainer:
