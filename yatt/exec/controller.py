@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
 from yatt.core.roles import RewardSource
@@ -64,10 +64,8 @@ class Moments:
     dropped: int = 0               # samples dropped by dynamic sampling
 
     def __add__(self, o: "Moments") -> "Moments":
-        return Moments(self.n + o.n, self.total + o.total, self.total_sq + o.total_sq,
-                       self.parse_fail + o.parse_fail, self.response_tokens + o.response_tokens,
-                       self.payload_bytes + o.payload_bytes, self.correct + o.correct,
-                       self.dropped + o.dropped)
+        """Field-wise sum: every field is a count or a sum, so merging is addition."""
+        return Moments(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(Moments)))
 
     @property
     def accuracy(self) -> float:
