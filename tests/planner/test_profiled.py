@@ -156,3 +156,61 @@ def test_profile_cli_refuses_bad_input(tmp_path, capsys):
     assert "--device" in capsys.readouterr().err
     assert main(["profile", str(DEMO), "-o", str(tmp_path / "nope" / "p.yaml")]) == 2
     assert not (tmp_path / "p.yaml").exists()
+
+
+def test_contention_from_the_tables(exp):
+    from dataclasses import replace
+
+    from yatt.core.roles import Phase
+    from yatt.planner.profile_io import Contention
+    from yatt.sim.contention import HostContention
+
+    none = cost_model_for(exp, Profile(tables=_tables()))
+    assert isinstance(none, HostContention)
+    assert all(none.contention(ph, 4) == 1.0 for ph in Phase)   # nothing measured: none
+    t = replace(_tables(), contention=(Contention(busy=4, reload=2.0, decode=1.6),
+                                       Contention(busy=2, reload=1.4, offload=1.1, train=1.3)))
+    c = cost_model_for(exp, Profile(tables=t))
+    assert c.contention(Phase.RELOAD, 1) == 1.0
+    assert c.contention(Phase.RELOAD, 2) == pytest.approx(1.4)
+    assert c.contention(Phase.RELOAD, 3) == pytest.approx(1.7)      # linear between counts
+    assert c.contention(Phase.RELOAD, 16) == pytest.approx(2.0)     # flat beyond the largest
+    assert c.contention(Phase.GENRM, 2) == 1.0 and c.contention(Phase.ROLLOUT, 4) == pytest.approx(1.6)
+    assert c.contention(Phase.TRAIN, 2) == pytest.approx(1.3)
+    assert c.contention(Phase.WEIGHT_SYNC, 2) == 1.0               # not measured
+    # with contention, a 2-device colocate plan predicts slower switches than without
+    from yatt.core.layout import make_plan
+    from yatt.core.roles import Mode
+    from yatt.sim import simulate
+    plan = make_plan(exp, Mode.COLOCATE)
+    a, b = simulate(plan, exp.workload, none, 0), simulate(plan, exp.workload, c, 0)
+    rel = lambda tr: sum(s.duration for s in tr.spans if s.phase is Phase.RELOAD)
+    assert rel(b) == pytest.approx(1.4 * rel(a), rel=1e-9) and rel(a) > 0
+
+
+def test_contention_round_trip_and_bad_entries(tmp_path):
+    from dataclasses import replace
+
+    from yatt.planner.profile_io import Contention
+
+    p = Profile(tables=replace(_tables(), contention=(Contention(busy=2, reload=1.3),),
+                               contention_load_avg=1.5))
+    save_profile(p, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == p
+    for body, needle in (("contention: [{busy: 1}]", "busy"),
+                         ("contention: [{busy: 2}, {busy: 2}]", "contention[1].busy"),
+                         ("contention: [{busy: 2, reload: 0}]", "reload")):
+        (tmp_path / "b.yaml").write_text(f"kind: yatt.profile/1\ntables: {{{body}}}\n")
+        with pytest.raises(InputError) as e:
+            load_profile(tmp_path / "b.yaml")
+        assert needle in str(e.value)
+
+
+def test_contention_counts_to_measure():
+    from yatt.planner.profile import Points
+
+    exps = [load_experiment(DEMO)]
+    assert Points().busy_counts(exps, "cpu") == tuple(range(2, exps[0].cluster.num_gpus + 1))
+    assert Points().busy_counts(exps, "cuda") == ()
+    assert Points.quick().busy_counts(exps, "cpu") == ()
+    assert Points(contention=(3, 2, 1)).busy_counts(exps, "cpu") == (2, 3)

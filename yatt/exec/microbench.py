@@ -257,3 +257,86 @@ def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
     finally:
         if started:
             ray.shutdown()
+
+
+# ---- host contention -----------------------------------------------------------------------
+CONTENTION_OPS = ("offload", "reload", "decode", "logprob", "train")
+
+
+def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, rounds: int,
+                       barrier, out, index: int, seed: int) -> None:
+    """One 'device' of the contention benchmark (a spawned process): the executor's ops,
+    each started together with the other workers' (barrier) and timed."""
+    import numpy as np
+
+    from .rollout import EngineCore
+    from .workers import ReferenceWorker
+
+    try:
+        cpu = prepare(device)
+        rng = np.random.default_rng(seed + index)
+        core = EngineCore(_engine_config(hf_path, cpu, 32, 0.5))
+        core.start()
+        tb = TrainBench(spec, hf_path, device, mbt)
+        ref = ReferenceWorker(hf_path, device)
+        times: dict[str, list[float]] = {k: [] for k in CONTENTION_OPS}
+        n = 0
+
+        def decode() -> float:
+            nonlocal n
+            for _ in range(16):
+                _add(core, f"c{n}", _ids(16, spec.vocab, rng), 16)
+                n += 1
+            return sum(_drain(core))
+
+        def logprob() -> float:
+            ids = [list(_ids(32, spec.vocab, rng)) for _ in range(8)]
+            t0 = time.perf_counter()
+            ref.logprobs(ids, [16] * 8)
+            return time.perf_counter() - t0
+
+        ops: dict[str, Callable[[], float]] = {
+            "offload": core.stop, "reload": core.start, "decode": decode, "logprob": logprob,
+            "train": lambda: tb.step_time(8, 32, 1, rng)}
+        decode(), logprob()  # warm-up (the first pass of each is not representative)
+        for _ in range(rounds):
+            for k in CONTENTION_OPS:
+                barrier.wait()
+                times[k].append(ops[k]())
+        core.stop()
+        tb.close()
+        out.put((index, times))
+    except BaseException as e:  # the parent must not wait forever on a dead worker
+        barrier.abort()
+        out.put((index, repr(e)))
+        raise
+
+
+def contention_times(spec: ModelSpec, hf_path: str, device: str, busy: int, rounds: int,
+                     micro_batch_tokens: int = 512, seed: int = 0,
+                     timeout_s: float = 600.0) -> dict[str, float]:
+    """Seconds of each op in CONTENTION_OPS with `busy` processes (one per device, one
+    thread each, like the executor's actors) running it at the same instant: per round the
+    slowest process (the executor waits for every engine/rank), median over rounds."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    barrier, out = ctx.Barrier(busy), ctx.Queue()
+    procs = [ctx.Process(target=_contention_worker, daemon=True,
+                         args=(spec, hf_path, device, micro_batch_tokens, rounds, barrier, out,
+                               i, seed)) for i in range(busy)]
+    for p in procs:
+        p.start()
+    try:
+        got = [out.get(timeout=timeout_s) for _ in procs]
+    finally:
+        for p in procs:
+            p.join(timeout=30)
+            if p.is_alive():
+                p.kill()
+    errs = [r for _, r in got if isinstance(r, str)]
+    if errs:
+        raise RuntimeError(f"contention benchmark worker failed: {errs[0]}")
+    per = [r for _, r in got]
+    return {k: _median([max(p[k][i] for p in per) for i in range(rounds)])
+            for k in CONTENTION_OPS}

@@ -3,7 +3,8 @@
 Why: `yatt profile CONFIG --device cpu|cuda` measures, on this machine, every term the
 profiled cost model needs for the models of one experiment (training step, reference
 log-probs, vLLM decode/prefill steps, engine teardown/re-create, weight update, one Ray
-round trip) and writes them as `yatt.profile/1` tables. The measuring code lives in
+round trip and, on CPU, how much those ops slow down when several devices of the host run
+them at once) and writes them as `yatt.profile/1` tables. The measuring code lives in
 `yatt.exec.microbench` (it touches torch/vLLM/Megatron); this module only chooses the
 points, reports progress and assembles the file, and imports exec lazily so the planner
 stays importable without the executor.
@@ -20,7 +21,7 @@ from yatt.core.plan import Experiment
 from yatt.core.roles import RewardSource
 
 from .costmodel import Efficiency
-from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
+from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
 
 Tick = Callable[[str], None]
 
@@ -40,17 +41,34 @@ class Points:
     restarts: int = 3
     rpc_reps: int = 50
     ray: bool = True
+    # host contention (CPU only): busy-device counts to measure; None = 2 .. the largest
+    # cluster among the experiments (at most MAX_CONTENTION_BUSY); () = skip
+    contention: Optional[tuple[int, ...]] = None
+    contention_rounds: int = 3
 
     @classmethod
     def quick(cls) -> "Points":
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
-                   decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False)
+                   decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False, contention=())
 
-    def ticks(self, actors: int, genrms: int) -> int:
+    def busy_counts(self, exps: Sequence[Experiment], device: str) -> tuple[int, ...]:
+        """Busy-device counts the contention benchmark measures (none on GPUs)."""
+        if device != "cpu":
+            return ()
+        if self.contention is not None:
+            return tuple(sorted({int(b) for b in self.contention if b >= 2}))
+        top = min(MAX_CONTENTION_BUSY, max((e.cluster.num_gpus for e in exps), default=1))
+        return tuple(range(2, top + 1))
+
+    def ticks(self, actors: int, genrms: int, busy: int = 0) -> int:
         per_engine = 1 + self.restarts + len(self.decode) + len(self.prefill)
         per_actor = 2 + len(self.train) + len(self.logprob) + per_engine
-        return per_actor * actors + per_engine * genrms + int(self.ray)
+        return (per_actor * actors + per_engine * genrms + int(self.ray)
+                + (busy + 1 if busy else 0))
+
+
+MAX_CONTENTION_BUSY = 4
 
 
 def _engine_table(bench) -> EngineTable:
@@ -102,6 +120,29 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
     return ModelTables(engine=_engine_table(gbench))
 
 
+def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
+                       tick: Optional[Tick] = None, seed: int = 0) -> tuple[Contention, ...]:
+    """Ratios of each op's time with n devices busy at once to one busy, for n in `busy`,
+    with the experiment's actor (the same harness measures both, so only contention
+    differs). Spawns n processes per count: ~30 s each for the demo models."""
+    from yatt.exec import microbench as mb
+
+    tick = tick or (lambda _what: None)
+    if not busy:
+        return ()
+    path = mb.model_path(exp.actor, seed)
+    mbt = exp.algo.micro_batch_tokens
+    one = mb.contention_times(exp.actor, path, device, 1, rounds, mbt, seed)
+    tick("contention: 1 device busy")
+    out = []
+    for n in busy:
+        t = mb.contention_times(exp.actor, path, device, n, rounds, mbt, seed)
+        r = {k: round(t[k] / one[k], 4) if one[k] > 0 else 1.0 for k in mb.CONTENTION_OPS}
+        out.append(Contention(busy=n, **r))
+        tick(f"contention: {n} devices busy")
+    return tuple(out)
+
+
 def models_to_measure(exps: Sequence[Experiment]) -> tuple[list, list]:
     """(actor experiments, GenRM experiments), one per distinct model name; a model that is
     an actor somewhere is measured as an actor (its tables are a superset)."""
@@ -133,7 +174,12 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     rpc = round(mb.ray_round_trip(pts.rpc_reps, tick), 6) if pts.ray else 0.0
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
-    tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models)
+    c_load0 = os.getloadavg()[0]
+    cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
+                              pts.contention_rounds, tick, seed)
+    c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
+    tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
+                           contention=cont, contention_load_avg=c_load)
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,

@@ -11,6 +11,8 @@ the same small YAML file, so every consumer reads one format:
       device: cpu
       rpc_s: 0.0012               # one Ray actor round trip
       load_avg: 1.9               # 1-min load average while measuring (shared boxes: noise)
+      contention:                 # optional: several devices of one host busy at once
+        - {busy: 2, reload: 1.3, offload: 1.1, decode: 1.4, logprob: 1.3, train: 1.4}
       models:
         tiny-actor:
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
@@ -77,6 +79,24 @@ class ModelTables:
 
 
 @dataclass(frozen=True)
+class Contention:
+    """How much slower each op runs when `busy` devices of one host run it at once, as a
+    ratio to the same harness with one device busy (`microbench.contention_bench`).
+
+    Why: on a CPU box the "devices" are single threads of one host; they share cores, the
+    memory bus and the Ray/OS daemons, so the executor's concurrent engines and DP ranks run
+    slower than the one-process micro-benchmarks behind the other tables. On GPUs this is
+    ~1 (each device has its own compute and memory), so GPU profiles carry no entries."""
+
+    busy: int = spec_field(ge=2, help="devices busy at once")
+    reload: float = spec_field(1.0, gt=0, help="engine re-create")
+    offload: float = spec_field(1.0, gt=0, help="engine teardown")
+    decode: float = spec_field(1.0, gt=0, help="engine steps (decode and prefill)")
+    logprob: float = spec_field(1.0, gt=0, help="reference log-prob pass")
+    train: float = spec_field(1.0, gt=0, help="train step")
+
+
+@dataclass(frozen=True)
 class ProfileTables:
     """Micro-benchmark tables from `yatt profile`."""
 
@@ -84,10 +104,19 @@ class ProfileTables:
     rpc_s: float = spec_field(0.0, ge=0, help="one Ray actor round trip")
     load_avg: float = spec_field(0.0, ge=0, help="machine 1-min load average while measuring")
     models: dict[str, ModelTables] = spec_field(default_factory=dict)
+    contention: tuple[Contention, ...] = spec_field(
+        default=(), help="slow-down with several devices busy at once (absent: none)")
+    contention_load_avg: float = spec_field(0.0, ge=0, help="load average while measuring contention")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")
+        seen = set()
+        for i, c in enumerate(self.contention):
+            if c.busy in seen:
+                raise InputError(f"busy={c.busy} given twice; allowed: one entry per count",
+                                 field=f"contention[{i}].busy")
+            seen.add(c.busy)
 
 
 @dataclass(frozen=True)

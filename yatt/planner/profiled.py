@@ -17,6 +17,9 @@ points and extrapolates along the roofline's form:
   weight sync     measured state-dict gather + engine update, plus one round trip
   streaming       partial colocate: each finished rollout batch blocks its engine for one
                   round trip (the queue put; `yatt.sim.simulate.StreamCost`)
+  contention      several devices of one host busy at once (CPU): each phase runs the
+                  measured ratio slower (`tables.contention`, `yatt.sim.contention`);
+                  linear in the busy count between measured counts, flat beyond the largest
 
 Every phase of the executor also pays Ray round trips (driver -> controller -> workers);
 `rpc_s` times the number the executor makes per phase is added to that phase.
@@ -26,17 +29,17 @@ capacity, checkpoints, controller bytes) come from the wrapped AnalyticCostModel
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
 
 from yatt.core.plan import Experiment, Parallel
-from yatt.core.roles import ReleasePolicy, Role
+from yatt.core.roles import Phase, ReleasePolicy, Role
 from yatt.core.specs import ModelSpec
 
 from .costmodel import AnalyticCostModel, Efficiency
-from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
+from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
 
 ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
 # Ray round trips the executor makes per phase (schedules.py / controller.py):
@@ -45,6 +48,14 @@ ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
 TRAIN_RPCS = 4
 REF_RPCS = 2
 SYNC_RPCS = 2
+
+
+# which measured ratio slows which phase (engine steps share one ratio: rollout and GenRM
+# engines run the same vLLM step loop)
+_CONTENTION: dict[Phase, Callable[[Contention], float]] = {
+    Phase.RELOAD: lambda c: c.reload, Phase.OFFLOAD: lambda c: c.offload,
+    Phase.ROLLOUT: lambda c: c.decode, Phase.GENRM: lambda c: c.decode,
+    Phase.REF_LOGPROB: lambda c: c.logprob, Phase.TRAIN: lambda c: c.train}
 
 
 def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
@@ -225,6 +236,19 @@ class ProfiledCostModel:
     def stream_handoff_time(self, items: int) -> float:
         """Partial colocate: the rollout engine awaits one queue put per finished batch."""
         return self.tables.rpc_s
+
+    def contention(self, phase: Phase, busy: int) -> float:
+        """Slow-down of `phase` with `busy` devices of the host busy at once
+        (`yatt.sim.contention.HostContention`): the measured ratio, linear in `busy`
+        between measured counts (1.0 at one busy device), the largest count's beyond it;
+        1.0 for phases and profiles without a measurement."""
+        get = _CONTENTION.get(phase)
+        pts = sorted((c.busy, get(c)) for c in self.tables.contention) if get else []
+        if busy <= 1 or not pts:
+            return 1.0
+        xs = [1.0] + [float(b) for b, _ in pts]
+        ys = [1.0] + [r for _, r in pts]
+        return float(np.interp(float(busy), xs, ys))
 
     def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
         return self.analytic.checkpoint_time(model, par)

@@ -25,6 +25,7 @@ from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role, S
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
 
+from .contention import engine_cost, slowdown
 from .engine import GenEngine, Router
 from .pool import StepPool, step_pool
 from .trainer import rank_phase, split, train_epochs
@@ -150,12 +151,18 @@ class _Step:
         self.rounds = 0
 
     # ---- engines ----------------------------------------------------------------------------
-    def _engines(self, env, role: Role, on_done, capacity: Optional[int] = None) -> Router:
+    def _engines(self, env, role: Role, on_done, capacity: Optional[int] = None,
+                 busy: int = 1) -> Router:
+        """The role's engines; `busy`: devices generating at once on the host (contention)."""
         plan = self.plan
         pl, model = plan.placement(role), plan.model_for(role)
         inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
+        phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
         pf = self.run.prefill_times(role, inp)
-        engines = [GenEngine(env, tuple(g), model, pl.tp, self.cost, self.run.kv[role],
+        cost = engine_cost(self.cost, phase, busy)
+        if cost is not self.cost:
+            pf = [cost.factor * x for x in pf]
+        engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
                              self.run.max_seqs[role], inp, out, pf, on_done) for g in pl.groups()]
         return Router(env, engines, capacity)
 
@@ -216,7 +223,7 @@ class _Step:
                 self._judged(done, t)
             return None
 
-        router = self._engines(env, role, on_done)
+        router = self._engines(env, role, on_done, busy=len(self.plan.placement(role).devices))
         router.submit_all(items)
         router.close()
         yield env.all_of(router.procs())
@@ -282,8 +289,11 @@ class _Step:
             self._judged(done, t)
             return None
 
-        ro = self._engines(env, Role.ROLLOUT, rollout_done)
-        gr = self._engines(env, Role.GENRM, genrm_done, queue) if has_genrm else None
+        busy = len(self.plan.placement(Role.ROLLOUT).devices)
+        if has_genrm:  # rollout and GenRM engines generate at once on disjoint devices
+            busy += len(self.plan.placement(Role.GENRM).devices)
+        ro = self._engines(env, Role.ROLLOUT, rollout_done, busy=busy)
+        gr = self._engines(env, Role.GENRM, genrm_done, queue, busy) if has_genrm else None
         launch(list(pool.round_groups(0)))
         maybe_close()
         yield env.all_of(ro.procs())
@@ -296,20 +306,28 @@ class _Step:
 
     # ---- switches and the trainer -----------------------------------------------------------
     def _switch(self, stage: Stage, now: float) -> float:
-        """Cost a switch stage; roles on shared devices go one after another. Returns end."""
+        """Cost a switch stage; roles on shared devices go one after another. Returns end.
+        Every device whose role has a non-zero switch counts as busy for contention (the
+        executor starts the switches of a stage together)."""
         plan, cost = self.plan, self.cost
         free: dict[int, float] = {}
         end = now
+        costs: dict[Role, float] = {}
         for role in stage.roles:
             if not plan.has(role):
                 continue
             pl, model = plan.placement(role), plan.model_for(role)
+            if stage.phase is Phase.OFFLOAD:
+                costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
+            else:
+                costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
+        busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
+        k = slowdown(cost, stage.phase, busy)
+        for role, c in costs.items():
+            pl = plan.placement(role)
+            c *= k
             t0 = self.work_end.get(role, now) if stage.early_release else now
             t0 = max([t0] + [free[d] for d in pl.devices if d in free])
-            if stage.phase is Phase.OFFLOAD:
-                c = cost.offload_time(model, role, pl.parallel, plan.release)
-            else:
-                c = cost.reload_time(model, role, pl.parallel, plan.release)
             self.run.spans.append(SpanRecord(step=self.step, role=role, phase=stage.phase,
                                              devices=pl.devices, start_s=t0, end_s=t0 + c,
                                              name=f"{stage.phase.value} {role.value}"))

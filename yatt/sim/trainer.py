@@ -15,6 +15,8 @@ import numpy as np
 from yatt.core import CostModel, Phase, Plan, Role, SpanRecord
 from yatt.core import balance
 
+from .contention import slowdown
+
 
 @dataclass(frozen=True)
 class Split:
@@ -48,10 +50,11 @@ def rank_phase(plan: Plan, cost: CostModel, role: Role, phase: Phase, sp: Split,
     pl = plan.placement(role)
     par, model = pl.parallel, plan.model_for(role)
     fn = cost.train_time if phase is Phase.TRAIN else cost.logprob_time
+    k = slowdown(cost, phase, len(pl.devices))  # every rank runs at once on its devices
     end = start
     for group, members in zip(pl.groups(), sp.bins):
         lens = seq[members].tolist() if members else []
-        t = fn(model, lens, par) if lens else 0.0
+        t = k * fn(model, lens, par) if lens else 0.0
         spans.append(SpanRecord(step=step, role=role, phase=phase, devices=tuple(group),
                                 start_s=start, end_s=start + t, tokens=int(sum(lens)), name=name))
         end = max(end, start + t)
