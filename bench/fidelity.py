@@ -26,14 +26,23 @@ tenant then preempts the executor while the profile (a nice-0 process) was not, 
 
 It also reports whether the planner's preferred mode (best predicted step time over both
 modes) is the measured faster one in each workload.
+
+Host contention (several single-thread CPU "devices" busy at once; `yatt.sim.contention`)
+comes from `--contention`:
+  profile     the profile's `contention` tables (`yatt profile` measures them), as is
+  none        stripped (the model before contention was added; for comparison)
+  traces-loo  fitted to the saved measured traces (`calibrate.contention_from_traces`),
+              leave-one-workload-out: a workload's cases are predicted with ratios fitted
+              only to the OTHER workloads' runs (needs --reuse and saved runs)
 Writes bench/results/fidelity.json and fidelity.png and prints one summary line.
 Usage: .venv/bin/python bench/fidelity.py [--steps 4] [--only short,wide] [--profile P]
-                                         [--niceness 0] [--reuse]
+                                         [--niceness 0] [--reuse] [--contention profile]
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import enum
 import json
 import os
 import statistics
@@ -46,6 +55,38 @@ sys.path.insert(0, str(ROOT))
 WORKLOADS = ("short", "longtail", "wide")
 OUT = ROOT / "bench" / "results"
 RUNS = ROOT / "out" / "fidelity_runs"  # run directories (traces); not committed
+
+
+class ContentionSource(enum.Enum):
+    PROFILE = "profile"
+    NONE = "none"
+    TRACES_LOO = "traces-loo"
+
+
+def _with_contention(profile, entries):
+    t = dataclasses.replace(profile.tables, contention=tuple(entries))
+    return dataclasses.replace(profile, tables=t)
+
+
+def loo_profiles(profile, names: list) -> dict:
+    """Per workload: `profile` with contention fitted to the saved runs of the OTHER
+    workloads (leave-one-workload-out; steps >= 1)."""
+    from yatt.core.trace import Trace
+    from yatt.planner.calibrate import contention_from_traces
+    from yatt.planner.profiled import cost_model_for
+
+    free = _with_contention(profile, ())
+    runs = {}
+    for d in sorted(RUNS.glob("*/trace.jsonl")):
+        runs.setdefault(d.parent.name.split("-")[0], []).append(Trace.read_jsonl(d))
+    out = {}
+    for n in names:
+        train = [t for w, ts in runs.items() if w != n for t in ts]
+        if not train:
+            raise SystemExit(f"--contention traces-loo: no saved runs of other workloads in {RUNS}")
+        fit = contention_from_traces(train, lambda e: cost_model_for(e, free))
+        out[n] = _with_contention(profile, fit)
+    return out
 
 
 def _rel(pred: float, meas: float) -> float:
@@ -194,13 +235,26 @@ def main(argv=None) -> dict:
                          "Ray's own default is 15)")
     ap.add_argument("--reuse", action="store_true",
                     help="re-analyse the saved runs in out/fidelity_runs (no execution)")
+    ap.add_argument("--contention", default=ContentionSource.PROFILE.value,
+                    choices=[c.value for c in ContentionSource],
+                    help="host-contention ratios: the profile's (default), none, or fitted "
+                         "leave-one-workload-out to the saved runs (with --reuse)")
     args = ap.parse_args(argv)
+    source = ContentionSource(args.contention)
+    if source is ContentionSource.TRACES_LOO and not args.reuse:
+        ap.error("--contention traces-loo needs --reuse (it fits to the saved runs)")
     from yatt.core.roles import Mode
     from yatt.exec.env import apply_local_env, ensure_ray
     from yatt.planner.profile_io import load_profile
 
     profile = load_profile(args.profile)
     names = [n for n in args.only.split(",") if n]
+    if source is ContentionSource.NONE:
+        profiles = {n: _with_contention(profile, ()) for n in names}
+    elif source is ContentionSource.TRACES_LOO:
+        profiles = loo_profiles(profile, names)
+    else:
+        profiles = {n: profile for n in names}
     modes = [Mode(m) for m in args.modes.split(",") if m]
     apply_local_env(True)
     if args.niceness is not None:  # must be set before Ray starts (the raylet reads it)
@@ -210,7 +264,7 @@ def main(argv=None) -> dict:
     try:
         for n in names:
             for m in modes:
-                c = run_case(n, m, profile, args.steps, args.seed, args.reuse)
+                c = run_case(n, m, profiles[n], args.steps, args.seed, args.reuse)
                 cases.append(c)
                 print(f"{c['case']:22s} measured {c['measured_step_s']:6.2f} predicted "
                       f"{c['predicted_step_s']:6.2f} ({c['err'] * 100:+.1f}%) replayed "
@@ -226,7 +280,7 @@ def main(argv=None) -> dict:
             continue
         faster = min(by, key=lambda k: by[k]["measured_step_s"])
         slow, fast = max(x["measured_step_s"] for x in by.values()), by[faster]["measured_step_s"]
-        chosen = planner_choice(n, profile)
+        chosen = planner_choice(n, profiles[n])
         choices.append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
                         "measured_gap": round(slow / fast - 1, 4), "correct": chosen == faster,
                         "counts": slow / fast - 1 > 0.10})
@@ -235,7 +289,11 @@ def main(argv=None) -> dict:
     phase_errs = [abs(p["replay_err"]) for c in cases for p in c["phases"].values()
                   if p["measured_s"] > 0.05]
     res = {"profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
-           else args.profile, "excluded_steps": [0], "cases": cases, "mode_choice": choices,
+           else args.profile, "contention_source": source.value,
+           "contention": {n: [dataclasses.asdict(c) for c in p.tables.contention]
+                          for n, p in profiles.items()},
+           "reused_runs": bool(args.reuse),
+           "excluded_steps": [0], "cases": cases, "mode_choice": choices,
            "median_abs_err": round(statistics.median(errs), 4) if errs else None,
            "max_abs_err": round(max(errs), 4) if errs else None,
            "replay_median_abs_err": round(statistics.median(rerrs), 4) if rerrs else None,

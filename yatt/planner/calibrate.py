@@ -255,3 +255,85 @@ def _phase_errors(data: Sequence[_Data], r0: np.ndarray, r1: np.ndarray,
 
 def _mae(r: np.ndarray) -> float:
     return float(np.mean(np.abs(r))) if r.size else float("nan")
+
+
+# ---- host contention from traces -------------------------------------------------------------
+class _BusyProbe:
+    """A cost model with no contention that records, per phase, the busy-device count the
+    simulator asks about (so the fit uses the simulator's own notion of "busy")."""
+
+    def __init__(self, cost) -> None:
+        self._cost = cost
+        self.busy: dict[Phase, int] = {}
+
+    def contention(self, phase: Phase, busy: int) -> float:
+        self.busy[phase] = max(self.busy.get(phase, 0), busy)
+        return 1.0
+
+    def __getattr__(self, name: str):
+        return getattr(self._cost, name)
+
+
+def _wall(spans) -> float:
+    """Length of the union of [start, end] intervals."""
+    tot, end = 0.0, None
+    for a, b in sorted((s.start_s, s.end_s) for s in spans):
+        if end is None or a > end:
+            tot += (end - start) if end is not None else 0.0
+            start, end = a, b
+        else:
+            end = max(end, b)
+    return tot + ((end - start) if end is not None else 0.0)
+
+
+# which Contention field each phase informs (rollout and GenRM engines: one engine ratio)
+_FIELD = {Phase.RELOAD: "reload", Phase.OFFLOAD: "offload", Phase.ROLLOUT: "decode",
+          Phase.GENRM: "decode", Phase.REF_LOGPROB: "logprob", Phase.TRAIN: "train"}
+
+
+def contention_ratios(trace: Trace, cost, skip_steps: int = 1) -> list[tuple[str, int, float]]:
+    """(Contention field, busy devices, measured / contention-free predicted) per step and
+    phase of one measured trace, replayed on its own sample lengths. Switches, training and
+    reference passes compare per-role busy seconds; generation compares the wall time of
+    each generate stage, in full colocate only: a streaming (partial colocate) stage also
+    pays the queue hand-offs between engines, a different term that would be folded in."""
+    from yatt.core.roles import Mode
+
+    steps = [s for s in sample_steps(trace) if s >= skip_steps]
+    if not steps:
+        return []
+    probe = _BusyProbe(cost)
+    pred = simulate_steps(trace, trace.meta.plan, probe, steps)
+    streaming = trace.meta.plan.mode is Mode.PARTIAL
+    rec_b, pred_b = trace.phase_role_busy(), pred.phase_role_busy()
+    out: list[tuple[str, int, float]] = []
+    for st in steps:
+        for (s, ph, role), m in rec_b.items():
+            if s != st or ph in (Phase.ROLLOUT, Phase.GENRM) or ph not in _FIELD:
+                continue
+            p = pred_b.get((s, ph, role), 0.0)
+            if p > 1e-3 and m > 0 and probe.busy.get(ph, 0) >= 1:
+                out.append((_FIELD[ph], probe.busy[ph], m / p))
+        for g in ([] if streaming else [(Phase.ROLLOUT,), (Phase.GENRM,)]):
+            m = _wall([x for x in trace.spans if x.step == st and x.phase in g])
+            p = _wall([x for x in pred.spans if x.step == st and x.phase in g])
+            n = max(probe.busy.get(ph, 0) for ph in g)
+            if p > 1e-3 and m > 0 and n >= 1:
+                out.append(("decode", n, m / p))
+    return out
+
+
+def contention_from_traces(traces: Sequence[Trace], cost_for: Callable, skip_steps: int = 1):
+    """Contention entries (profile_io.Contention) fitted to measured traces: per field and
+    busy count, the median of measured / contention-free replayed time. `cost_for(exp)`
+    gives the contention-free cost model of a trace's experiment. Counts of one busy
+    device are dropped (no contention by definition); fields without data stay 1.0."""
+    from .profile_io import Contention
+
+    by: dict[int, dict[str, list[float]]] = {}
+    for t in traces:
+        for field, n, r in contention_ratios(t, cost_for(t.meta.plan.experiment), skip_steps):
+            if n >= 2:
+                by.setdefault(n, {}).setdefault(field, []).append(r)
+    return tuple(Contention(busy=n, **{f: round(float(np.median(v)), 4) for f, v in fs.items()})
+                 for n, fs in sorted(by.items()))
