@@ -214,3 +214,24 @@ def test_contention_counts_to_measure():
     assert Points().busy_counts(exps, "cuda") == ()
     assert Points.quick().busy_counts(exps, "cpu") == ()
     assert Points(contention=(3, 2, 1)).busy_counts(exps, "cpu") == (2, 3)
+
+
+def test_weight_sync_adds_the_object_store_transfer(exp):
+    from dataclasses import replace
+
+    base = cost_model_for(exp, Profile(tables=_tables(rpc=0.001)))
+    par = Parallel(1, 1, 1)
+    nbytes = exp.actor.params * exp.actor.dtype_bytes
+    t0 = base.weight_sync_time(exp.actor, par, 1, 1, False)
+    assert t0 == pytest.approx(0.03 + 2 * 0.001) and base.transfer_time(nbytes) == 0.0
+    # 10 ms + 5 ms per MB, measured at 1 and 4 MB: linear in bytes
+    t = replace(_tables(rpc=0.001), transfer=((1e6, 0.015), (4e6, 0.030)))
+    c = cost_model_for(exp, Profile(tables=t))
+    assert c.transfer_time(2e6) == pytest.approx(0.020)
+    assert c.weight_sync_time(exp.actor, par, 1, 1, False) == pytest.approx(
+        t0 + 0.010 + 0.005 * nbytes / 1e6)
+    one = cost_model_for(exp, Profile(tables=replace(t, transfer=((2e6, 0.02),))))
+    assert one.transfer_time(1e6) == pytest.approx(0.01)  # one point: proportional
+    with pytest.raises(InputError) as e:
+        replace(t, transfer=((0.0, 0.01),))
+    assert "transfer[0]" in str(e.value)

@@ -222,12 +222,23 @@ def weight_update_time(core, state: dict, reps: int) -> float:
 
 def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
     """Seconds of one Ray actor method round trip carrying a small payload (what every
-    executor phase pays a few of: driver -> controller -> workers). Starts and stops a
-    local Ray session; skipped (0.0) when one cannot start."""
+    executor phase pays a few of: driver -> controller -> workers)."""
+    return ray_times(reps, (), tick)[0]
+
+
+def ray_times(reps: int, payload_bytes: Sequence[int] = (), tick: Optional[Tick] = None
+              ) -> tuple[float, tuple[tuple[int, float], ...]]:
+    """(round trip s, ((bytes, s), ...)): one Ray actor method round trip with a small
+    payload, and for each size in `payload_bytes` the extra seconds of passing a dict of
+    float32 tensors that large (a state dict) through the object store to an actor that
+    reads it -- what weight sync adds to the in-process state-dict and reload times.
+    Starts and stops a local Ray session."""
     import os
     import tempfile
 
+    import numpy as np
     import ray
+    import torch
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
@@ -242,6 +253,9 @@ def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
             def echo(self, x):
                 return x
 
+            def take(self, state):
+                return sum(int(v.numel()) for v in state.values())
+
         a = _Echo.remote()
         payload = list(range(256))
         ray.get(a.echo.remote(payload))
@@ -250,10 +264,24 @@ def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
             t0 = time.perf_counter()
             ray.get(a.echo.remote(payload))
             times.append(time.perf_counter() - t0)
-        ray.kill(a)
+        rpc = _median(times)
         if tick:
             tick("ray round trip")
-        return _median(times)
+        moved = []
+        for nbytes in payload_bytes:
+            per = max(1, int(nbytes) // 4 // 16)  # 16 float32 tensors, like a state dict
+            state = {f"w{i}": torch.from_numpy(np.ones(per, dtype=np.float32)) for i in range(16)}
+            ray.get(a.take.remote(state))   # warm-up
+            ts = []
+            for _ in range(max(3, reps // 5)):
+                t0 = time.perf_counter()
+                ray.get(a.take.remote(state))
+                ts.append(time.perf_counter() - t0)
+            moved.append((int(nbytes), max(0.0, _median(ts) - rpc)))
+            if tick:
+                tick(f"ray transfer {nbytes / 1e6:.1f} MB")
+        ray.kill(a)
+        return rpc, tuple(moved)
     finally:
         if started:
             ray.shutdown()
@@ -263,10 +291,11 @@ def ray_round_trip(reps: int, tick: Optional[Tick] = None) -> float:
 CONTENTION_OPS = ("offload", "reload", "decode", "logprob", "train")
 
 
-def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, rounds: int,
+def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, counts, rounds: int,
                        barrier, out, index: int, seed: int) -> None:
-    """One 'device' of the contention benchmark (a spawned process): the executor's ops,
-    each started together with the other workers' (barrier) and timed."""
+    """One 'device' of the contention benchmark (a spawned process). Every op starts on a
+    barrier shared by all workers; with n busy, workers 0..n-1 run it and the rest wait, so
+    the counts are interleaved round by round and see the same background load."""
     import numpy as np
 
     from .rollout import EngineCore
@@ -279,14 +308,14 @@ def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, rou
         core.start()
         tb = TrainBench(spec, hf_path, device, mbt)
         ref = ReferenceWorker(hf_path, device)
-        times: dict[str, list[float]] = {k: [] for k in CONTENTION_OPS}
-        n = 0
+        times = {n: {k: [] for k in CONTENTION_OPS} for n in counts}
+        n_req = 0
 
         def decode() -> float:
-            nonlocal n
+            nonlocal n_req
             for _ in range(16):
-                _add(core, f"c{n}", _ids(16, spec.vocab, rng), 16)
-                n += 1
+                _add(core, f"c{n_req}", _ids(16, spec.vocab, rng), 16)
+                n_req += 1
             return sum(_drain(core))
 
         def logprob() -> float:
@@ -300,9 +329,11 @@ def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, rou
             "train": lambda: tb.step_time(8, 32, 1, rng)}
         decode(), logprob()  # warm-up (the first pass of each is not representative)
         for _ in range(rounds):
-            for k in CONTENTION_OPS:
-                barrier.wait()
-                times[k].append(ops[k]())
+            for n in counts:
+                for k in CONTENTION_OPS:
+                    barrier.wait()
+                    if index < n:
+                        times[n][k].append(ops[k]())
         core.stop()
         tb.close()
         out.put((index, times))
@@ -312,19 +343,24 @@ def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, rou
         raise
 
 
-def contention_times(spec: ModelSpec, hf_path: str, device: str, busy: int, rounds: int,
-                     micro_batch_tokens: int = 512, seed: int = 0,
-                     timeout_s: float = 600.0) -> dict[str, float]:
-    """Seconds of each op in CONTENTION_OPS with `busy` processes (one per device, one
-    thread each, like the executor's actors) running it at the same instant: per round the
-    slowest process (the executor waits for every engine/rank), median over rounds."""
+def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequence[int],
+                     rounds: int, micro_batch_tokens: int = 512, seed: int = 0,
+                     timeout_s: float = 900.0) -> dict[int, dict[str, float]]:
+    """Seconds of each op in CONTENTION_OPS with n processes (one per device, one thread
+    each, like the executor's actors) running it at the same instant, for each n in
+    `counts`: per round the slowest of the n (the executor waits for every engine/rank),
+    median over rounds. One pool of max(counts) processes serves every count."""
     import multiprocessing as mp
 
+    counts = tuple(sorted(set(int(n) for n in counts)))
+    if not counts or counts[0] < 1:
+        raise ValueError(f"counts must be >= 1, got {counts}")
+    size = counts[-1]
     ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(busy), ctx.Queue()
+    barrier, out = ctx.Barrier(size), ctx.Queue()
     procs = [ctx.Process(target=_contention_worker, daemon=True,
-                         args=(spec, hf_path, device, micro_batch_tokens, rounds, barrier, out,
-                               i, seed)) for i in range(busy)]
+                         args=(spec, hf_path, device, micro_batch_tokens, counts, rounds,
+                               barrier, out, i, seed)) for i in range(size)]
     for p in procs:
         p.start()
     try:
@@ -337,6 +373,6 @@ def contention_times(spec: ModelSpec, hf_path: str, device: str, busy: int, roun
     errs = [r for _, r in got if isinstance(r, str)]
     if errs:
         raise RuntimeError(f"contention benchmark worker failed: {errs[0]}")
-    per = [r for _, r in got]
-    return {k: _median([max(p[k][i] for p in per) for i in range(rounds)])
-            for k in CONTENTION_OPS}
+    per = dict(got)
+    return {n: {k: _median([max(per[i][n][k][r] for i in range(n)) for r in range(rounds)])
+                for k in CONTENTION_OPS} for n in counts}

@@ -64,7 +64,7 @@ class Points:
     def ticks(self, actors: int, genrms: int, busy: int = 0) -> int:
         per_engine = 1 + self.restarts + len(self.decode) + len(self.prefill)
         per_actor = 2 + len(self.train) + len(self.logprob) + per_engine
-        return (per_actor * actors + per_engine * genrms + int(self.ray)
+        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 2 * actors)
                 + (busy + 1 if busy else 0))
 
 
@@ -123,21 +123,22 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
 def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
                        tick: Optional[Tick] = None, seed: int = 0) -> tuple[Contention, ...]:
     """Ratios of each op's time with n devices busy at once to one busy, for n in `busy`,
-    with the experiment's actor (the same harness measures both, so only contention
-    differs). Spawns n processes per count: ~30 s each for the demo models."""
+    with the experiment's actor. One pool of processes measures every count, interleaved
+    round by round (the same harness and background load for all counts, so only the
+    contention differs). ~1 minute for the demo models on a quiet box."""
     from yatt.exec import microbench as mb
 
     tick = tick or (lambda _what: None)
+    busy = tuple(sorted({int(n) for n in busy if n >= 2}))
     if not busy:
         return ()
-    path = mb.model_path(exp.actor, seed)
-    mbt = exp.algo.micro_batch_tokens
-    one = mb.contention_times(exp.actor, path, device, 1, rounds, mbt, seed)
+    t = mb.contention_times(exp.actor, mb.model_path(exp.actor, seed), device, (1,) + busy,
+                            rounds, exp.algo.micro_batch_tokens, seed)
+    one = t[1]
     tick("contention: 1 device busy")
     out = []
     for n in busy:
-        t = mb.contention_times(exp.actor, path, device, n, rounds, mbt, seed)
-        r = {k: round(t[k] / one[k], 4) if one[k] > 0 else 1.0 for k in mb.CONTENTION_OPS}
+        r = {k: round(t[n][k] / one[k], 4) if one[k] > 0 else 1.0 for k in mb.CONTENTION_OPS}
         out.append(Contention(busy=n, **r))
         tick(f"contention: {n} devices busy")
     return tuple(out)
@@ -172,14 +173,18 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     actors, genrms = models_to_measure(exps)
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
-    rpc = round(mb.ray_round_trip(pts.rpc_reps, tick), 6) if pts.ray else 0.0
+    # the actors' weights through the object store (weight sync), and 4x that for a slope
+    sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
+    rpc, moved = mb.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
+    rpc = round(rpc, 6)
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
     c_load0 = os.getloadavg()[0]
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
                               pts.contention_rounds, tick, seed)
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
-                           contention=cont, contention_load_avg=c_load)
+                           contention=cont, contention_load_avg=c_load,
+                           transfer=tuple((float(b), round(t, 6)) for b, t in moved))
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,

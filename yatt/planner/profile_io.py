@@ -11,6 +11,7 @@ the same small YAML file, so every consumer reads one format:
       device: cpu
       rpc_s: 0.0012               # one Ray actor round trip
       load_avg: 1.9               # 1-min load average while measuring (shared boxes: noise)
+      transfer: [[bytes, seconds], ...]   # optional: a state dict through Ray's object store
       contention:                 # optional: several devices of one host busy at once
         - {busy: 2, reload: 1.3, offload: 1.1, decode: 1.4, logprob: 1.3, train: 1.4}
       models:
@@ -107,10 +108,16 @@ class ProfileTables:
     contention: tuple[Contention, ...] = spec_field(
         default=(), help="slow-down with several devices busy at once (absent: none)")
     contention_load_avg: float = spec_field(0.0, ge=0, help="load average while measuring contention")
+    transfer: tuple[tuple[float, float], ...] = spec_field(
+        default=(), help="(bytes, s): a state dict through the Ray object store, beyond the round trip")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")
+        for i, (b, t) in enumerate(self.transfer):
+            if b <= 0 or t < 0:
+                raise InputError(f"got {[b, t]}; allowed: [bytes > 0, seconds >= 0]",
+                                 field=f"transfer[{i}]")
         seen = set()
         for i, c in enumerate(self.contention):
             if c.busy in seen:

@@ -14,7 +14,9 @@ points and extrapolates along the roofline's form:
   prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
   switches        engines: measured teardown / re-create; trainer and reference: resident
                   on CPU (the executor keeps them in memory; see README "Sim-to-real")
-  weight sync     measured state-dict gather + engine update, plus one round trip
+  weight sync     measured state-dict gather + engine update, plus the round trips and
+                  the state dict's trip through Ray's object store (`tables.transfer`,
+                  linear in bytes; fp32 weights), which the in-process numbers lack
   streaming       partial colocate: each finished rollout batch blocks its engine for one
                   round trip (the queue put; `yatt.sim.simulate.StreamCost`)
   contention      several devices of one host busy at once (CPU): each phase runs the
@@ -231,7 +233,19 @@ class ProfiledCostModel:
         if f is None or f.weight_sync_s <= 0:
             return self.analytic.weight_sync_time(model, trainer, rollout_tp, rollout_engines,
                                                   cross_node)
-        return f.weight_sync_s + SYNC_RPCS * self.tables.rpc_s
+        return (f.weight_sync_s + SYNC_RPCS * self.tables.rpc_s
+                + self.transfer_time(model.params * model.dtype_bytes))
+
+    def transfer_time(self, nbytes: float) -> float:
+        """Seconds to pass `nbytes` of tensors through the object store to an actor, beyond
+        the round trip: linear through the measured points (0 without any)."""
+        pts = sorted(self.tables.transfer)
+        if not pts or nbytes <= 0:
+            return 0.0
+        if len(pts) == 1:
+            return pts[0][1] * nbytes / pts[0][0]
+        return float(max(0.0, np.polyval(np.polyfit([b for b, _ in pts], [t for _, t in pts], 1),
+                                          nbytes)))
 
     def stream_handoff_time(self, items: int) -> float:
         """Partial colocate: the rollout engine awaits one queue put per finished batch."""

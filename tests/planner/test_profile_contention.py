@@ -1,0 +1,32 @@
+"""The host-contention micro-benchmark really runs the executor's ops in parallel processes.
+
+Slow (spawns two processes that each start vLLM and a Megatron trainer: ~1-2 minutes).
+It checks the mechanics and that every op was timed, not the ratios: those depend on the
+box's load (see README "Sim-to-real fidelity")."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from yatt.core.config import load_experiment
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.slow
+def test_contention_benchmark_times_every_op_for_each_count():
+    pytest.importorskip("vllm")
+    pytest.importorskip("megatron.core")
+    from yatt.exec import microbench as mb
+    from yatt.planner.profile import measure_contention
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    mb.prepare("cpu")
+    ticks = []
+    got = measure_contention(exp, "cpu", (2,), rounds=1, tick=ticks.append)
+    assert len(got) == 1 and got[0].busy == 2
+    c = got[0]
+    assert all(getattr(c, k) > 0 for k in mb.CONTENTION_OPS)
+    assert ticks == ["contention: 1 device busy", "contention: 2 devices busy"]
+    assert measure_contention(exp, "cpu", (), rounds=1) == ()
