@@ -1,6 +1,7 @@
 """The host-contention micro-benchmark really runs the executor's ops in parallel processes.
 
-Slow (spawns two processes that each start vLLM and a Megatron trainer: ~1-2 minutes).
+Slow (a local Ray session with two worker actors that each start vLLM and a Megatron
+trainer: ~1-3 minutes).
 It checks the mechanics and that every op was timed, not the ratios: those depend on the
 box's load (see README "Sim-to-real fidelity")."""
 from __future__ import annotations

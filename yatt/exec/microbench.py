@@ -291,88 +291,90 @@ def ray_times(reps: int, payload_bytes: Sequence[int] = (), tick: Optional[Tick]
 CONTENTION_OPS = ("offload", "reload", "decode", "logprob", "train")
 
 
-def _contention_worker(spec: ModelSpec, hf_path: str, device: str, mbt: int, counts, rounds: int,
-                       barrier, out, index: int, seed: int) -> None:
-    """One 'device' of the contention benchmark (a spawned process). Every op starts on a
-    barrier shared by all workers; with n busy, workers 0..n-1 run it and the rest wait, so
-    the counts are interleaved round by round and see the same background load."""
-    import numpy as np
+class ContentionWorker:
+    """One 'device' of the contention benchmark: a Ray actor (like the executor's engine and
+    trainer actors, num_cpus=0, one thread) holding an engine, a Megatron trainer and a
+    reference model, that runs one of CONTENTION_OPS on request and returns its seconds."""
 
-    from .rollout import EngineCore
-    from .workers import ReferenceWorker
+    def __init__(self, spec: ModelSpec, hf_path: str, device: str, mbt: int, seed: int):
+        import numpy as np
 
-    try:
+        from .rollout import EngineCore
+        from .workers import ReferenceWorker
+
         cpu = prepare(device)
-        rng = np.random.default_rng(seed + index)
-        core = EngineCore(_engine_config(hf_path, cpu, 32, 0.5))
-        core.start()
-        tb = TrainBench(spec, hf_path, device, mbt)
-        ref = ReferenceWorker(hf_path, device)
-        times = {n: {k: [] for k in CONTENTION_OPS} for n in counts}
-        n_req = 0
+        self.spec = spec
+        self.rng = np.random.default_rng(seed)
+        self.core = EngineCore(_engine_config(hf_path, cpu, 32, 0.5))
+        self.core.start()
+        self.tb = TrainBench(spec, hf_path, device, mbt)
+        self.ref = ReferenceWorker(hf_path, device)
+        self.n = 0
+        self.ops: dict[str, Callable[[], float]] = {
+            "offload": self.core.stop, "reload": self.core.start, "decode": self._decode,
+            "logprob": self._logprob, "train": lambda: self.tb.step_time(8, 32, 1, self.rng)}
+        self._decode(), self._logprob()  # warm-up: the first pass of each is not representative
 
-        def decode() -> float:
-            nonlocal n_req
-            for _ in range(16):
-                _add(core, f"c{n_req}", _ids(16, spec.vocab, rng), 16)
-                n_req += 1
-            return sum(_drain(core))
+    def _decode(self) -> float:
+        for _ in range(16):
+            _add(self.core, f"c{self.n}", _ids(16, self.spec.vocab, self.rng), 16)
+            self.n += 1
+        return sum(_drain(self.core))
 
-        def logprob() -> float:
-            ids = [list(_ids(32, spec.vocab, rng)) for _ in range(8)]
-            t0 = time.perf_counter()
-            ref.logprobs(ids, [16] * 8)
-            return time.perf_counter() - t0
+    def _logprob(self) -> float:
+        ids = [list(_ids(32, self.spec.vocab, self.rng)) for _ in range(8)]
+        t0 = time.perf_counter()
+        self.ref.logprobs(ids, [16] * 8)
+        return time.perf_counter() - t0
 
-        ops: dict[str, Callable[[], float]] = {
-            "offload": core.stop, "reload": core.start, "decode": decode, "logprob": logprob,
-            "train": lambda: tb.step_time(8, 32, 1, rng)}
-        decode(), logprob()  # warm-up (the first pass of each is not representative)
-        for _ in range(rounds):
-            for n in counts:
-                for k in CONTENTION_OPS:
-                    barrier.wait()
-                    if index < n:
-                        times[n][k].append(ops[k]())
-        core.stop()
-        tb.close()
-        out.put((index, times))
-    except BaseException as e:  # the parent must not wait forever on a dead worker
-        barrier.abort()
-        out.put((index, repr(e)))
-        raise
+    def run(self, op: str) -> float:
+        return self.ops[op]()
+
+    def close(self) -> None:
+        self.core.stop()
+        self.tb.close()
 
 
 def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequence[int],
-                     rounds: int, micro_batch_tokens: int = 512, seed: int = 0,
-                     timeout_s: float = 900.0) -> dict[int, dict[str, float]]:
-    """Seconds of each op in CONTENTION_OPS with n processes (one per device, one thread
-    each, like the executor's actors) running it at the same instant, for each n in
-    `counts`: per round the slowest of the n (the executor waits for every engine/rank),
-    median over rounds. One pool of max(counts) processes serves every count."""
-    import multiprocessing as mp
+                     rounds: int, micro_batch_tokens: int = 512, seed: int = 0
+                     ) -> dict[int, dict[str, float]]:
+    """Seconds of each op in CONTENTION_OPS with n devices running it at the same instant,
+    for each n in `counts`: max(counts) worker actors in a local Ray session (the
+    executor's process layout: one actor per device, Ray's daemons alongside); the driver
+    starts the op on workers 0..n-1 together and waits for all, as the executor does. Per
+    round the slowest of the n counts, median over rounds. Counts are interleaved round by
+    round, so every count sees the same background load."""
+    import os
+    import tempfile
 
-    counts = tuple(sorted(set(int(n) for n in counts)))
+    import ray
+
+    counts = tuple(sorted({int(n) for n in counts}))
     if not counts or counts[0] < 1:
         raise ValueError(f"counts must be >= 1, got {counts}")
-    size = counts[-1]
-    ctx = mp.get_context("spawn")
-    barrier, out = ctx.Barrier(size), ctx.Queue()
-    procs = [ctx.Process(target=_contention_worker, daemon=True,
-                         args=(spec, hf_path, device, micro_batch_tokens, counts, rounds,
-                               barrier, out, i, seed)) for i in range(size)]
-    for p in procs:
-        p.start()
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("RAY_worker_niceness", "0")  # the profile's own priority
+    tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
+    started = False
+    workers: list = []
     try:
-        got = [out.get(timeout=timeout_s) for _ in procs]
+        if not ray.is_initialized():
+            ray.init(num_cpus=2, include_dashboard=False, _temp_dir=tmp, log_to_driver=False)
+            started = True
+        cls = ray.remote(num_cpus=0)(ContentionWorker)
+        workers = [cls.remote(spec, hf_path, device, micro_batch_tokens, seed + i)
+                   for i in range(counts[-1])]
+        ray.get([w.run.remote("logprob") for w in workers])  # all constructed
+        times: dict[int, dict[str, list[float]]] = {n: {k: [] for k in CONTENTION_OPS}
+                                                    for n in counts}
+        for _ in range(rounds):
+            for n in counts:
+                for k in CONTENTION_OPS:
+                    times[n][k].append(max(ray.get([w.run.remote(k) for w in workers[:n]])))
+        ray.get([w.close.remote() for w in workers])
+        return {n: {k: _median(v) for k, v in ops.items()} for n, ops in times.items()}
     finally:
-        for p in procs:
-            p.join(timeout=30)
-            if p.is_alive():
-                p.kill()
-    errs = [r for _, r in got if isinstance(r, str)]
-    if errs:
-        raise RuntimeError(f"contention benchmark worker failed: {errs[0]}")
-    per = dict(got)
-    return {n: {k: _median([max(per[i][n][k][r] for i in range(n)) for r in range(rounds)])
-                for k in CONTENTION_OPS} for n in counts}
+        for w in workers:
+            ray.kill(w)
+        if started:
+            ray.shutdown()

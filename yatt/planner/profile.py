@@ -123,9 +123,9 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
 def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
                        tick: Optional[Tick] = None, seed: int = 0) -> tuple[Contention, ...]:
     """Ratios of each op's time with n devices busy at once to one busy, for n in `busy`,
-    with the experiment's actor. One pool of processes measures every count, interleaved
-    round by round (the same harness and background load for all counts, so only the
-    contention differs). ~1 minute for the demo models on a quiet box."""
+    with the experiment's actor. One pool of Ray worker actors measures every count,
+    interleaved round by round (the same harness and background load for all counts, so
+    only the contention differs). ~1 minute for the demo models on a quiet box."""
     from yatt.exec import microbench as mb
 
     tick = tick or (lambda _what: None)
