@@ -91,9 +91,47 @@ def placement_space(exp: Experiment) -> Space:
     if not t_tps:
         problems.append(f"{exp.actor.name} training state does not fit at any TP in "
                         f"{list(choices)} on {exp.cluster.num_gpus} x {gpu.name}")
-    if exp.search.release is ReleasePolicy.RESIDENT:
-        notes.append("release: resident keeps every role in memory at once; memory is checked per role only")
+    if r_tps and t_tps and (exp.genrm is None or g_tps):
+        notes += _release_notes(exp, r_tps[0], g_tps[0] if g_tps else None, t_tps[0])
     return Space(r_tps, g_tps, tuple(t_tps), tuple(problems), tuple(notes))
+
+
+def resident_colocate_memory(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
+                             trainer_tp: int) -> tuple[float, float]:
+    """(bytes per device, capacity) when every role of a full-colocate plan stays resident:
+    each engine keeps its whole `gpu_memory_utilization` share (vLLM preallocates it), the
+    trainer its full state, the reference its weights and one forward (reserve counted once)."""
+    gpu, g = exp.cluster.gpu, exp.cluster.num_gpus
+    par = Parallel(trainer_tp, 1, g // trainer_tp)
+    engines = 1 + (genrm_tp is not None)
+    need = engines * gpu.hbm_bytes * exp.engine.gpu_memory_utilization
+    t = memory.trainer_memory(exp.actor, par, exp.algo, gpu)
+    need += t.total - t.reserve
+    if exp.algo.use_reference and exp.algo.kl_coef > 0:
+        r = memory.reference_memory(exp.actor, par, exp.algo, gpu)
+        need += r.total - r.reserve
+    return need, gpu.hbm_bytes
+
+
+def _release_notes(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
+                   trainer_tp: int) -> list[str]:
+    """What the memory model says about the configured release policy (full colocate, at the
+    smallest TPs that fit): resident skips the per-step offload/reload (on CPU: engine
+    teardown and re-create, seconds per step), so say when it fits and was not chosen, and
+    warn when it was chosen and does not fit. The policy itself stays the user's choice."""
+    need, cap = resident_colocate_memory(exp, rollout_tp, genrm_tp, trainer_tp)
+    fits = need <= cap
+    amount = f"{need / 1e9:.2f} GB of {cap / 1e9:.2f} GB per device"
+    if exp.search.release is ReleasePolicy.RESIDENT:
+        if fits:
+            return [f"release: resident keeps every role in memory at once ({amount} in full colocate)"]
+        return [f"release: resident needs {amount} in full colocate (engines keep their "
+                f"gpu_memory_utilization={exp.engine.gpu_memory_utilization:g} share); lower "
+                "engine.gpu_memory_utilization or use release: offload/teardown"]
+    if fits:
+        return [f"release: resident would fit in full colocate ({amount}) and skips the "
+                f"per-step {exp.search.release.value}/reload; set search.release: resident"]
+    return []
 
 
 def _no_fit(model: ModelSpec, what: str, gpu: str, hbm: float, choices: tuple[int, ...],
