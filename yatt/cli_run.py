@@ -76,13 +76,60 @@ def fidelity_report(console: Console, trace, cost) -> None:
                   + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else ""))
 
 
+def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
+    """The plan with --ckpt-every / --ckpt-minutes / --keep applied."""
+    c = plan.experiment.checkpoint
+    over = {k: v for k, v in (("every_steps", args.ckpt_every), ("every_minutes", args.ckpt_minutes),
+                              ("keep_last", args.keep)) if v is not None}
+    for k, v in over.items():
+        if v < (1 if k == "keep_last" else 0):
+            flag = {"every_steps": "--ckpt-every", "every_minutes": "--ckpt-minutes",
+                    "keep_last": "--keep"}[k]
+            raise InputError(f"got {v}; allowed: {'>= 1' if k == 'keep_last' else '>= 0 (0: off)'}",
+                             field=flag)
+    if not over:
+        return plan
+    exp = dataclasses.replace(plan.experiment, checkpoint=dataclasses.replace(c, **over))
+    return dataclasses.replace(plan, experiment=exp)
+
+
+def resume_command(args: argparse.Namespace, console: Console) -> int:
+    """`yatt run --resume RUN_DIR`: continue a run from its newest valid checkpoint."""
+    try:
+        from yatt.exec.runner import read_run_file, run_plan
+        from yatt.exec.supervisor import RunAborted
+    except ImportError as e:
+        raise InputError(f"the executor needs the exec extra ({e.name} is missing); allowed: "
+                         "`bash scripts/install.sh exec`", field="yatt run") from None
+    run_dir = Path(args.resume)
+    if args.target:
+        raise InputError("give either a target or --resume RUN_DIR, not both", field="--resume")
+    info = read_run_file(run_dir)
+    plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
+    steps = args.steps if args.steps_given else info["steps"]
+    console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
+    try:
+        run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
+                 progress=not args.no_progress, ray_address=args.address,
+                 controllers=info["controllers"], resume=True)
+    except RunAborted as e:
+        console.print(f"[red]run stopped[/red]: {e}", highlight=False)
+        return 1
+    console.print(f"run dir: {run_dir}")
+    return 0
+
+
 def run_command(args: argparse.Namespace) -> int:
     from yatt.cli_plan import _profile
     from yatt.planner.profiled import cost_model_for, shipped_profile
 
-    src = Path(args.target) if args.target else _demo_config()
+    args.steps_given = args.steps is not None
+    args.steps = 2 if args.steps is None else args.steps
     if args.steps < 1:
         raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    if args.resume:
+        return resume_command(args, Console())
+    src = Path(args.target) if args.target else _demo_config()
     mode = _mode(args.mode)
     profile = _profile(args.profile)
     console = Console()
@@ -103,13 +150,19 @@ def run_command(args: argparse.Namespace) -> int:
             raise e.within(file=str(src)) from None
     try:
         from yatt.exec.runner import check_runnable, run_plan
+        from yatt.exec.supervisor import RunAborted
     except ImportError as e:  # the light install has no executor
         raise InputError(f"the executor needs the exec extra ({e.name} is missing); allowed: "
                          "`bash scripts/install.sh exec`", field="yatt run") from None
+    plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
     out = Path(args.out)
-    trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
-                     progress=not args.no_progress, ray_address=args.address)
+    try:
+        trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
+                         progress=not args.no_progress, ray_address=args.address)
+    except RunAborted as e:
+        console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
+        return 1
     from yatt.sim.gantt import plot_gantt
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
@@ -123,11 +176,20 @@ def add_run(sub: argparse._SubParsersAction) -> None:
                        description="Run a plan.yaml, or plan an experiment and run the winner. "
                                    f"With no argument: the CPU demo ({DEMO_CONFIG}).")
     p.add_argument("target", nargs="?", default=None, help="plan.yaml or experiment YAML")
-    p.add_argument("--steps", type=int, default=2, help="RL steps to run (default: 2)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="RL steps to run (default: 2; with --resume: the original run's)")
     p.add_argument("--out", default="out/run", help="run directory (default: out/run)")
     p.add_argument("--mode", default=None, help="force colocate|partial (experiment configs only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--address", default=None, help="join an existing Ray cluster (ray://... or host:port)")
     p.add_argument("--profile", default=None, help="profile.yaml for the predictions")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue RUN_DIR from its newest valid checkpoint")
+    p.add_argument("--ckpt-every", type=int, default=None, metavar="N",
+                   help="checkpoint every N steps (0: off; default: the plan's checkpoint.every_steps)")
+    p.add_argument("--ckpt-minutes", type=float, default=None, metavar="M",
+                   help="also checkpoint when M minutes passed since the last one (0: off)")
+    p.add_argument("--keep", type=int, default=None, metavar="K",
+                   help="keep the newest K checkpoints (default: checkpoint.keep_last)")
     p.set_defaults(func=run_command)

@@ -97,6 +97,18 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         bad = dc.replace(batch, advantages=(float("nan"),) * len(batch.advantages))
         res["nan_metrics"] = tr.train_step(bad)
         res["checksum_after_nan"] = tr.param_checksum()
+    if opts.get("state_roundtrip"):
+        # snapshot + async checkpoint of the same state; three replays must agree exactly
+        snap = tr.snapshot()
+        res["stall_s"] = tr.save_checkpoint(opts["state_roundtrip"], async_save=True)
+        later = [make_batch(dp_rank, seed=s) for s in (1, 2)]
+        res["after"] = [tr.train_step(b) for b in later]          # overlaps the write
+        res["sealed"] = tr.poll_checkpoints(blocking=True)
+        tr.restore(snap)
+        res["after_restore"] = [tr.train_step(b) for b in later]
+        tr.load_checkpoint(opts["state_roundtrip"])
+        res["steps_loaded"] = tr.steps
+        res["after_load"] = [tr.train_step(b) for b in later]
     if opts.get("ckpt_dir"):
         tr.save_checkpoint(opts["ckpt_dir"])
         res["ckpt_hf"] = tr.hf_state_dict()

@@ -12,7 +12,7 @@ from typing import Optional
 from .errors import InputError
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
-from .specs import AlgoSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
+from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
 
 
 @dataclass(frozen=True)
@@ -53,6 +53,7 @@ class Experiment:
     algo: AlgoSpec = AlgoSpec()
     engine: EngineSpec = EngineSpec()
     search: SearchSpec = SearchSpec()
+    checkpoint: CheckpointSpec = CheckpointSpec()
 
     def __post_init__(self) -> None:
         if self.algo.reward is RewardSource.GENRM and self.genrm is None:

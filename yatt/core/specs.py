@@ -259,3 +259,29 @@ class EngineSpec:
     gpu_memory_utilization: float = spec_field(0.85, gt=0, le=1)
     genrm_max_num_seqs: int = spec_field(256, ge=1)
     queue_capacity: int = spec_field(4096, ge=1, help="bounded rollout->GenRM queue (partial)")
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """When the executor checkpoints and how it survives faults (see README, Reliability).
+
+    Saves happen after a step completes: every `every_steps` steps, when `every_minutes`
+    have passed since the last save, and after each step listed in `at_steps` (0 turns a
+    trigger off). The trainer's write is asynchronous; `keep_last` sealed checkpoints are
+    kept. A dead actor is restarted up to `max_restarts` times per run and the step is
+    redone; `max_nonfinite_steps` consecutive steps with a non-finite loss or gradient
+    stop the run.
+    """
+
+    every_steps: int = spec_field(10, ge=0, help="0: off")
+    every_minutes: float = spec_field(30.0, ge=0, help="0: off")
+    at_steps: tuple[int, ...] = ()
+    keep_last: int = spec_field(2, ge=1)
+    async_save: bool = True
+    max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
+    max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
+
+    def __post_init__(self) -> None:
+        for i, s in enumerate(self.at_steps):
+            if s < 0:
+                raise InputError(f"got {s}; allowed: step indices >= 0", field=f"at_steps[{i}]")

@@ -30,6 +30,7 @@ from yatt.core.trace import SampleRecord
 
 from .algo import all_equal_groups, step_advantages
 from .genrm import Judgment, rule_judgment
+from .rayutil import get_all
 from .rollout import GenRequest, GenResult
 from .task import Prompt, SampleSpec, exact_match, prompt_index, step_prompts, step_samples
 from .workers import TrainItem
@@ -252,6 +253,7 @@ class StepController:
                       zip(self.genrm_engines, self._queues, expected) if n]
         gen_refs = [e.generate.remote(p, sink=self._queues[r % G])
                     for r, (e, p) in enumerate(zip(self.rollout_engines, parts)) if p]
+        get_all(gen_refs + judge_refs)    # fail fast if an engine dies mid-stream
         for res in ray.get(gen_refs):
             self.results.update({r.key: r for r in res})
         for js in ray.get(judge_refs):

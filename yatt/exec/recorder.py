@@ -19,7 +19,7 @@ from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
 METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl", "entropy",
                   "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
                   "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
-                  "nonfinite_steps")
+                  "nonfinite_steps", "rollbacks", "restarts", "ckpt_stall_s")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
 
@@ -46,6 +46,21 @@ class Recorder:
 
     def add_samples(self, recs: list[SampleRecord]) -> None:
         self.samples.extend(recs)
+
+    def drop_step(self, step: int) -> None:
+        """Forget a step's spans, samples and metrics (it failed and will be redone)."""
+        self.spans = [s for s in self.spans if s.step != step]
+        self.samples = [s for s in self.samples if s.step != step]
+        self.metrics = [m for m in self.metrics if m["step"] != step]
+
+    def restore(self, trace: Trace, metrics: list[dict[str, Any]], extra: dict[str, Any],
+                end_s: float) -> None:
+        """Continue a resumed run: its records so far, and a clock that resumes at `end_s`
+        (the outage between crash and resume is left out of the timeline)."""
+        self.spans, self.samples = list(trace.spans), list(trace.samples)
+        self.metrics = [dict(m) for m in metrics]
+        self.extra.update(extra)
+        self.t0 = time.time() - end_s
 
     def step_metrics(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
         per_phase: dict[Phase, list[float]] = {}

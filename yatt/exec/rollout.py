@@ -39,6 +39,8 @@ class EngineConfig:
     cpu: bool = True
     release: Release = Release.TEARDOWN
     eos_token_id: int = 2
+    role: str = "rollout"      # for fault injection (faults.py) and logs
+    index: int = 0             # this engine's index within its role
 
 
 @dataclass(frozen=True)
@@ -170,6 +172,26 @@ class EngineServer:
         self._pending: dict[str, tuple[_Call, GenRequest]] = {}
         self._scores: dict[str, Any] = {}
         self._pump_task: Optional[asyncio.Task] = None
+        from . import faults
+        self.fault = faults.hook(cfg.role, cfg.index)
+
+    async def ping(self) -> bool:
+        """Liveness probe (fault recovery waits on it while Ray restarts the actor)."""
+        return True
+
+    async def reset(self) -> int:
+        """Abort every request in flight (fault recovery: the step is redone), failing their
+        callers; returns how many were aborted."""
+        ids = list(self._pending) + list(self._scores)
+        if ids and self.core.llm is not None:
+            self.core.engine.abort_request(ids)
+        futs = [c.future for c, _ in self._pending.values()] + list(self._scores.values())
+        for f in futs:
+            if not f.done():
+                f.set_exception(RuntimeError("request aborted by fault recovery"))
+        self._pending.clear()
+        self._scores.clear()
+        return len(ids)
 
     # ---- lifecycle (each returns measured seconds) ----------------------------------
     async def acquire(self) -> float:
@@ -211,6 +233,9 @@ class EngineServer:
     async def generate(self, requests: list[GenRequest], sink: Any = None) -> list[GenResult]:
         """Generate all requests; with `sink` (a `ray.util.queue.Queue`), also put each
         engine step's finished results on it as one batch (list) the moment they finish."""
+        if self.fault is not None:
+            self.fault.tick()
+            self.fault.maybe_exit()      # injected crash (tests)
         if not requests:
             return []
         call = _Call(remaining=len(requests), future=asyncio.get_running_loop().create_future(),

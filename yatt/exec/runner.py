@@ -2,25 +2,36 @@
 
 Why: this is the executor's one entry point (`yatt run`, the Python API). It resolves
 models, places actors per the plan (placement.py), starts engines/trainers/reference
-workers, builds the controllers, walks the mode's step schedule (schedules.py) and writes
-the run directory (recorder.py). It owns the Ray session only if it started it.
+workers, builds the controllers, walks the mode's step schedule (schedules.py) under the
+supervisor (supervisor.py: snapshots, asynchronous checkpoints, fault recovery, NaN
+rollback) and writes the run directory (recorder.py). `resume=True` continues a run
+directory from its newest valid checkpoint. It owns the Ray session only if it started it.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
+import sys
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Plan
 from yatt.core.roles import Mode, ReleasePolicy, RewardSource, Role
 from yatt.core.trace import Trace
 
+from . import checkpoint as ckpt
+from . import faults
 from .controller import ControllerConfig, ControllerGroup
 from .env import apply_local_env, ensure_ray, has_cuda, worker_env
+from .rayutil import get_all
 from .recorder import Progress, Recorder
 from .rollout import EngineConfig, Release
 from .schedules import Actors, StepRunner
+from .supervisor import RunAborted, Supervisor
+
+RUN_FILE = "run.json"   # how the run was started (steps, seed, controllers): for --resume
 
 
 def effective_release(policy: ReleasePolicy, cpu: bool) -> Release:
@@ -58,6 +69,8 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     from .workers import ReferenceWorker, TrainerArgs, TrainerWorker
 
     exp = plan.experiment
+    # A dead actor is restarted by Ray (same placement); the supervisor restores its state.
+    restarts = dict(max_restarts=exp.checkpoint.max_restarts, max_task_retries=0)
     engines: dict[Role, list] = {}
     for role, cls in ((Role.ROLLOUT, EngineServer), (Role.GENRM, GenRMServer)):
         if not plan.has(role) or (role is Role.GENRM and exp.algo.reward is not RewardSource.GENRM):
@@ -73,8 +86,11 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
             args = (cfg, JudgeConfig(paths[Role.ROLLOUT], paths[Role.GENRM],
                                      max_tokens=max(4, min(64, out_len))))
         actor_cls = engine_actor_class(cls)
-        engines[role] = [actor_cls.options(**placement.options(g[0])).remote(*args)
-                         for g in plan.placement(role).groups()]
+        engines[role] = []
+        for i, g in enumerate(plan.placement(role).groups()):
+            mine = (dataclasses.replace(cfg, role=role.value, index=i),) + args[1:]
+            engines[role].append(actor_cls.options(**placement.options(g[0]), **restarts)
+                                 .remote(*mine))
     tp = plan.placement(Role.TRAINER)
     a = exp.algo
     targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], tp=tp.tp, dp=tp.dp, lr=a.lr, seed=seed,
@@ -83,9 +99,10 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                         micro_batch_tokens=a.micro_batch_tokens,
                         device="cpu" if cpu else "cuda", kl_estimator=a.kl_estimator,
                         dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
-                        seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept)
+                        seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept,
+                        async_checkpoints=exp.checkpoint.async_save)
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
-    trainers = [tcls.options(**placement.options(d)).remote(targs, i)
+    trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
     addr, port = ray.get(trainers[0].address.remote())
     t = time.perf_counter()
@@ -103,27 +120,40 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     refs = []
     if a.use_reference and plan.has(Role.REFERENCE):
         rcls = ray.remote(num_cpus=0)(ReferenceWorker)
-        refs = [rcls.options(**placement.options(g[0])).remote(paths[Role.ROLLOUT],
+        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(paths[Role.ROLLOUT],
                                                                 "cpu" if cpu else "cuda")
                 for g in plan.placement(Role.REFERENCE).groups()]
     return Actors(engines, trainers, groups, refs)
 
 
 def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: bool = True,
-             ray_address: Optional[str] = None, controllers: Optional[int] = None) -> Trace:
+             ray_address: Optional[str] = None, controllers: Optional[int] = None,
+             resume: bool = False, log: Optional[Callable[[str], None]] = None) -> Trace:
     """Run `steps` RL steps of `plan`; write the run directory; return the measured Trace.
 
-    out_dir gets trace.jsonl, timeline.json, metrics.csv and plan.yaml. `ray_address`
-    joins an existing cluster (else a local one is started and shut down at the end).
-    `controllers` overrides `plan.controllers` (benchmarks).
+    out_dir gets trace.jsonl, timeline.json, metrics.csv, plan.yaml, run.json and
+    checkpoints/ (plan.experiment.checkpoint). `ray_address` joins an existing cluster
+    (else a local one is started and shut down at the end). `controllers` overrides
+    `plan.controllers` (benchmarks). `resume`: continue `out_dir` from its newest valid
+    checkpoint (corrupt ones are refused through `log`, naming the file) up to `steps`.
+    Raises RunAborted (after writing the run directory) when the run cannot go on.
     """
     import ray
 
     from .models import resolve_model
     from .placement import Placement
 
+    log = log or (lambda m: print(m, file=sys.stderr))
     check_runnable(plan, steps)
     out_dir = Path(out_dir)
+    state, ck_dir = None, None
+    if resume:
+        _, ck_dir = ckpt.latest_valid(out_dir, log)
+        state = ckpt.read_state(ck_dir)
+        seed = int(state["seed"])
+        if state["next_step"] >= steps:
+            raise InputError(f"the checkpoint {ck_dir.name} is already at step {state['next_step']}; "
+                             f"allowed: --steps > {state['next_step']}", field="--steps")
     cpu = not has_cuda()
     apply_local_env(cpu)
     rec = Recorder(plan, seed)
@@ -131,18 +161,26 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     k = controllers or plan.controllers
     rec.extra.update(release_policy=plan.release.value, release_effective=release.value,
                      controllers=k, device="cpu" if cpu else "cuda")
-    bar = Progress(steps, f"yatt run {plan.describe()}", progress)
+    if state is not None:
+        rec.restore(Trace.read_jsonl(ck_dir / ckpt.TRACE), state["metrics"], state["extra"],
+                    float(state["trace_end_s"]))
+        rec.extra["resumed_from"] = ck_dir.name
+    else:
+        _write_run_files(plan, out_dir, steps, seed, k)
+    start = int(state["next_step"]) if state else 0
+    bar = Progress(steps - start, f"yatt run {plan.describe()}", progress)
     started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
     placement = actors = ctl = None
+    step = start
     try:
         exp = plan.experiment
         paths = {Role.ROLLOUT: str(resolve_model(exp.actor, seed))}
         genrm = exp.algo.reward is RewardSource.GENRM
         if genrm:
             paths[Role.GENRM] = str(resolve_model(exp.genrm, seed))
-        placement = Placement(plan, worker_env(cpu))
+        placement = Placement(plan, {**worker_env(cpu), **faults.env_passthrough()})
         actors = _launch(plan, placement, paths, seed, cpu, release, rec)
-        rec.extra["startup_s"] = round(time.time() - rec.t0, 3)
+        rec.extra["startup_s" if state is None else "resume_startup_s"] = round(time.time() - rec.t0, 3)
 
         def make_cfg(i: int, n: int) -> ControllerConfig:
             return ControllerConfig(i, n, seed, exp.workload, exp.algo.reward, paths[Role.ROLLOUT],
@@ -153,10 +191,32 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                                             actors.engines.get(Role.GENRM, []), actors.refs,
                                             actors.trainer_groups), worker_env(cpu))
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
-        for step in range(steps):
-            row = runner.run_step(step)
-            bar.step(row)
+        sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
+                         runner.push_weights, steps, log)
+        if ck_dir is not None:
+            get_all([w.load_checkpoint.remote(str(ck_dir / ckpt.TRAINER)) for w in actors.trainers])
+            runner.push_weights()
+            sup.resumed(state)
+        sup.snapshot()
+        crash = faults.hook("driver")      # tests: the driver dies after a step
+        for step in range(start, steps):
+            while True:
+                try:
+                    row = runner.run_step(step)
+                    break
+                except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
+                    if not sup.is_fault(e):
+                        raise
+                    sup.recover(e, step)
+            bar.step(sup.after_step(step, row))
+            if crash is not None:
+                crash.tick()
+                crash.maybe_exit()
+        sup.finish()
         return rec.write(out_dir, steps)
+    except RunAborted:
+        rec.write(out_dir, step)     # keep what was measured up to the failure
+        raise
     finally:
         bar.close()
         if ctl is not None:
@@ -174,3 +234,26 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             placement.remove()
         if started:
             ray.shutdown()
+
+
+def _write_run_files(plan: Plan, out_dir: Path, steps: int, seed: int, controllers: int) -> None:
+    """plan.yaml and run.json at the start, so a crashed run can be resumed."""
+    from yatt.core.config import dump_yaml
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    dump_yaml(plan, out_dir / "plan.yaml")
+    (out_dir / RUN_FILE).write_text(json.dumps(
+        {"steps": steps, "seed": seed, "controllers": controllers}, indent=1))
+
+
+def read_run_file(run_dir: Path) -> dict:
+    """run.json of a run directory (InputError naming the file when it is missing)."""
+    p = Path(run_dir) / RUN_FILE
+    try:
+        data = json.loads(p.read_text())
+        return {"steps": int(data["steps"]), "seed": int(data["seed"]),
+                "controllers": int(data["controllers"])}
+    except FileNotFoundError:
+        raise InputError(f"{p} not found: not a yatt run directory", field="--resume") from None
+    except (ValueError, KeyError, TypeError):
+        raise InputError(f"{p}: unreadable run file", field="--resume") from None

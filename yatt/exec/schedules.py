@@ -25,6 +25,7 @@ from .algo import lr_at
 from .controller import ControllerGroup, Moments, PhaseReport, StepController
 from .recorder import Recorder
 from .rollout import Release
+from .rayutil import get_all
 
 ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
 
@@ -156,8 +157,6 @@ class StepRunner:
                       min(r.start_s for r in reps), time.time(), sum(r.tokens for r in reps))
 
     def _train(self, step: int, stage: Stage) -> None:
-        import ray
-
         t = time.time()
         costs = [c for part in self.ctl.call(StepController.costs) for c in part]
         dp = len(self.actors.trainer_groups)
@@ -172,7 +171,7 @@ class StepRunner:
         self.ctl.call(StepController.stage, assign, *norm)
         lr = lr_at(self._step, a.lr, self.total_steps, a.lr_schedule, a.lr_warmup_steps,
                    a.lr_min_ratio)
-        outs = ray.get([w.train_step.remote(lr) for w in self.actors.trainers])
+        outs = get_all([w.train_step.remote(lr) for w in self.actors.trainers])
         self._train_out = {k: float(v) for k, v in outs[0].items()
                            if isinstance(v, (int, float))}
         self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,
@@ -180,12 +179,16 @@ class StepRunner:
         for recs in self.ctl.call(StepController.records, assign):
             self.rec.add_samples(recs)
 
-    def _sync(self, step: int, stage: Stage) -> None:
-        import ray
+    def push_weights(self) -> None:
+        """Trainer weights (HF names) -> every rollout engine. Gathering them is a collective
+        over the first DP group's TP ranks, so all of them are called; rank 0's copy is sent."""
+        states = [w.hf_state_dict.remote() for w in self.actors.trainer_groups[0]]
+        get_all([e.update_weights.remote(states[0]) for e in self.actors.engines[Role.ROLLOUT]]
+                + states[1:])
 
+    def _sync(self, step: int, stage: Stage) -> None:
         t = time.time()
-        state = self.actors.trainers[0].hf_state_dict.remote()
-        ray.get([e.update_weights.remote(state) for e in self.actors.engines[Role.ROLLOUT]])
-        devs = tuple(sorted(set(self.devices(Role.ROLLOUT))
-                            | {self.devices(Role.TRAINER)[0]}))
-        self.rec.span(step, Role.ROLLOUT, Phase.WEIGHT_SYNC, devs, t, time.time())
+        self.push_weights()
+        # same role and devices as the simulator's weight_sync span (replay compares them)
+        devs = tuple(sorted(set(self.devices(Role.ROLLOUT)) | set(self.devices(Role.TRAINER))))
+        self.rec.span(step, Role.TRAINER, Phase.WEIGHT_SYNC, devs, t, time.time())

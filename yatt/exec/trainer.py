@@ -22,7 +22,7 @@ import torch
 from yatt.core.errors import InputError
 from yatt.core.specs import KLEstimator, ModelSpec
 
-from . import megatron_shim
+from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
                    group_consecutive, micro_batches_by_length, ppo_clip_loss, total_token_loss)
 
@@ -102,6 +102,10 @@ class MegatronTrainer:
         self.model = model
         self.ddp, self.optimizer = self._wrap(model, lr, distributed_optimizer, clip_grad)
         self.steps = 0
+        self.world = tp * dp
+        self.fault = faults.hook("trainer", rank)
+        self._ckpt_queue = None            # megatron AsyncCallsQueue, made on first async save
+        self._ckpt_pending: dict[int, str] = {}   # async call index -> checkpoint dir
 
     def _wrap(self, model, lr: float, distributed_optimizer: bool, clip_grad: float):
         from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
@@ -182,6 +186,9 @@ class MegatronTrainer:
 
         from .megatron_loss import token_entropy, token_logprobs
         t0 = time.perf_counter()
+        if self.fault is not None:
+            self.fault.tick()
+        poison = self.fault is not None and self.fault.fires("nan")
         if lr is not None:
             self.set_lr(lr)
         dp_group = ps.get_data_parallel_group()
@@ -202,7 +209,7 @@ class MegatronTrainer:
                 metrics.update(loss=0.0, kl=0.0, entropy=0.0, tokens=0.0)
                 break
             out, bad = self._epoch(batch, groups, keep, n_global, epoch, old_cache, dp_group,
-                                   token_logprobs, token_entropy)
+                                   token_logprobs, token_entropy, poison)
             clip_frac = out.pop("clip_frac")
             if epoch == 0:
                 metrics.update(out)
@@ -226,8 +233,10 @@ class MegatronTrainer:
         return metrics
 
     def _epoch(self, batch: TrainBatch, groups, keep, n_global: float, epoch: int, old_cache,
-               dp_group, token_logprobs, token_entropy) -> tuple[dict[str, float], bool]:
-        """Forward + backward over all micro-batches; returns global metrics, non-finite flag."""
+               dp_group, token_logprobs, token_entropy,
+               poison: bool = False) -> tuple[dict[str, float], bool]:
+        """Forward + backward over all micro-batches; returns global metrics, non-finite flag.
+        `poison` (fault injection, faults.py) turns the loss into NaN."""
         self.ddp.train()
         self.ddp.zero_grad_buffer()
         self.optimizer.zero_grad()
@@ -261,6 +270,8 @@ class MegatronTrainer:
                     ent = token_entropy(logits.detach())
             tok_loss = total_token_loss(pg, kl, ent, self.kl_coef, self.entropy_coef)
             loss_sum = (tok_loss * mask).sum()
+            if poison:
+                loss_sum = loss_sum * float("nan")
             # DDP averages grads over DP; * dp turns that into a sum of per-rank token sums.
             (loss_sum * (self.dp / n_global)).backward()
             with torch.no_grad():
@@ -268,6 +279,8 @@ class MegatronTrainer:
                 sums += torch.stack([loss_sum.detach(), (kl * mask).sum(), (ent * mask).sum(),
                                      (~torch.isfinite(loss_sum.detach())).float(),
                                      (clipped * mask).sum()])
+        if self.fault is not None:
+            self.fault.maybe_exit()   # injected crash: peers are about to wait in a collective
         self.ddp.finish_grad_sync()
         torch.distributed.all_reduce(sums, group=dp_group)
         bad = torch.tensor([float(sums[3] > 0) + float(not self._grads_finite())], device=self.device)
@@ -334,23 +347,131 @@ class MegatronTrainer:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
-    @megatron_shim.on_any_thread
-    def save_checkpoint(self, ckpt_dir: str) -> None:
-        """Save model weights with `dist_checkpointing` (collective; resharding-capable).
+    # ---------------------------------------------------------------- state & checkpoints
+    def _rng_state(self) -> dict:
+        import random
 
-        Model weights only: optimizer state is not saved (Adam restarts from zero).
-        """
+        import numpy as np
+        from megatron.core import tensor_parallel
+        st = {"torch": torch.get_rng_state(), "python": random.getstate(),
+              "numpy": np.random.get_state()}
+        try:
+            st["tracker"] = tensor_parallel.get_cuda_rng_tracker().get_states()
+        except Exception:  # no tracker states on this build: nothing else draws from it
+            pass
+        if torch.cuda.is_available() and self.device.type == "cuda":
+            st["cuda"] = torch.cuda.get_rng_state()
+        return st
+
+    def _set_rng_state(self, st: dict) -> None:
+        import random
+
+        import numpy as np
+        from megatron.core import tensor_parallel
+        torch.set_rng_state(st["torch"])
+        random.setstate(st["python"])
+        np.random.set_state(st["numpy"])
+        if "tracker" in st:
+            tensor_parallel.get_cuda_rng_tracker().set_states(st["tracker"])
+        if "cuda" in st and torch.cuda.is_available():
+            torch.cuda.set_rng_state(st["cuda"])
+
+    @megatron_shim.on_any_thread
+    def snapshot(self) -> dict:
+        """This rank's complete training state in host memory (weights, optimizer, RNG,
+        counters): what fault recovery and NaN rollback restore."""
+        import copy
+        return {"model": {k: (v.detach().cpu().clone() if torch.is_tensor(v) else copy.deepcopy(v))
+                          for k, v in self.model.state_dict().items()},
+                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "rng": self._rng_state(), "steps": self.steps,
+                "nonfinite_steps": self.nonfinite_steps}
+
+    @megatron_shim.on_any_thread
+    def restore(self, snap: dict) -> None:
+        """Put this rank back to a `snapshot()` (not a collective)."""
+        self.model.load_state_dict(snap["model"], strict=True)
+        self.optimizer.load_state_dict(snap["optimizer"])
+        self.optimizer.zero_grad()
+        self.ddp.zero_grad_buffer()
+        self._set_rng_state(snap["rng"])
+        self.steps, self.nonfinite_steps = snap["steps"], snap["nonfinite_steps"]
+
+    def _sharded_state(self, loading: bool = False, rng: bool = True) -> dict:
+        """Model + optimizer (sharded: reloadable at another TP size), per-rank RNG (only
+        meaningful at the same world size) and counters (common, saved by rank 0)."""
+        from megatron.core.dist_checkpointing.mapping import ShardedObject
+        msd = self.model.sharded_state_dict(prefix="")
+        sd = {"model": msd,
+              "optimizer": self.optimizer.sharded_state_dict(msd, is_loading=loading),
+              "counters": {"steps": self.steps, "nonfinite_steps": self.nonfinite_steps,
+                           "world": self.world}}
+        if rng:
+            sd["rng"] = ShardedObject("rng_state", self._rng_state(), (self.world,),
+                                      (self.rank,), replica_id=0)
+        return sd
+
+    @megatron_shim.on_any_thread
+    def save_checkpoint(self, ckpt_dir: str, async_save: bool = False,
+                        optimizer: bool = True) -> float:
+        """Save through `dist_checkpointing` (collective; resharding-capable): model and,
+        by default, optimizer state, per-rank RNG and step counters.
+
+        `async_save`: only the planning runs here; the write runs in a forked process
+        (megatron's async strategy) while training goes on; `poll_checkpoints` finalises
+        it. Returns the seconds this call blocked (the training stall)."""
         from megatron.core import dist_checkpointing
+        t0 = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
-        dist_checkpointing.save(self.model.sharded_state_dict(prefix=""), ckpt_dir)
+        sd = self._sharded_state() if optimizer else {"model": self.model.sharded_state_dict(prefix="")}
+        if not async_save:
+            dist_checkpointing.save(sd, ckpt_dir)
+            return time.perf_counter() - t0
+        from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+        if self._ckpt_queue is None:
+            self._ckpt_queue = AsyncCallsQueue()
+        req = dist_checkpointing.save(sd, ckpt_dir, async_sharded_save=True)
+        self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
+        return time.perf_counter() - t0
 
     @megatron_shim.on_any_thread
-    def load_checkpoint(self, ckpt_dir: str) -> None:
-        """Load weights saved by `save_checkpoint` (any TP size) into this rank's shard."""
+    def poll_checkpoints(self, blocking: bool = False) -> list[str]:
+        """Finalise finished asynchronous saves (collective; call on every rank together);
+        returns their directories, oldest first. `blocking` waits for all of them."""
+        if self._ckpt_queue is None or not self._ckpt_pending:
+            return []
+        done = self._ckpt_queue.maybe_finalize_async_calls(blocking=blocking)
+        return [self._ckpt_pending.pop(i) for i in done]
+
+    @staticmethod
+    def prewarm_async_checkpointing() -> None:
+        """Start megatron's writer result queue (a spawned manager process, ~2-5 s) now, so
+        the first asynchronous save does not stall training for it."""
+        from megatron.core.dist_checkpointing.strategies import filesystem_async
+        filesystem_async._get_write_results_queue()
+
+    @megatron_shim.on_any_thread
+    def load_checkpoint(self, ckpt_dir: str, optimizer: Optional[bool] = None) -> None:
+        """Load a `save_checkpoint` directory (any TP size) into this rank. `optimizer`:
+        also restore optimizer state, RNG and counters (default: if the checkpoint has them)."""
         from megatron.core import dist_checkpointing
-        sd = dist_checkpointing.load(self.model.sharded_state_dict(prefix=""), ckpt_dir)
-        self.model.load_state_dict(sd, strict=False)
-        if self.optimizer is not None:
+        counters = _saved_counters(ckpt_dir)
+        if optimizer is None:
+            optimizer = counters is not None
+        same_world = counters is not None and counters.get("world") == self.world
+        if optimizer:
+            sd = dist_checkpointing.load(self._sharded_state(loading=True, rng=same_world), ckpt_dir)
+        else:
+            sd = dist_checkpointing.load({"model": self.model.sharded_state_dict(prefix="")}, ckpt_dir)
+        self.model.load_state_dict(sd["model"], strict=False)
+        if optimizer:
+            self.optimizer.load_state_dict(sd["optimizer"])
+            if same_world:   # RNG streams are per rank; at another world size they restart
+                rng = sd["rng"]
+                self._set_rng_state(rng[0] if isinstance(rng, list) else rng)
+            self.steps = int(sd["counters"]["steps"])
+            self.nonfinite_steps = int(sd["counters"]["nonfinite_steps"])
+        else:
             self.optimizer.reload_model_params()
 
     def shutdown(self) -> None:
@@ -359,3 +480,11 @@ class MegatronTrainer:
         ps.destroy_model_parallel()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
+
+
+def _saved_counters(ckpt_dir: str) -> Optional[dict]:
+    """The step counters saved with optimizer state (None for a weights-only checkpoint)."""
+    common = os.path.join(ckpt_dir, "common.pt")
+    if not os.path.exists(common):
+        return None
+    return torch.load(common, weights_only=False).get("counters")

@@ -46,6 +46,7 @@ class TrainerArgs:
     ppo_epochs: int = 1
     seq_len_batching: bool = False
     adaptive_accept: bool = False
+    async_checkpoints: bool = False   # prewarm megatron's async writer at setup
 
 
 def free_port() -> tuple[str, int]:
@@ -68,6 +69,11 @@ class TrainerWorker:
     def address(self) -> tuple[str, int]:
         return free_port()
 
+    def ping(self) -> bool:
+        """Liveness probe (fault recovery waits on it while Ray restarts the actor); True
+        while this incarnation has not been set up (a fresh, restarted process)."""
+        return self.trainer is None
+
     def setup(self, master_addr: str, master_port: int) -> float:
         from .trainer import MegatronTrainer
 
@@ -81,7 +87,31 @@ class TrainerWorker:
             micro_batch_tokens=a.micro_batch_tokens, device=a.device,
             kl_estimator=a.kl_estimator, dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
             seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept)
+        if a.async_checkpoints:
+            self.trainer.prewarm_async_checkpointing()
         return time.perf_counter() - t0
+
+    def clear_staged(self) -> int:
+        n, self._staged = len(self._staged), []
+        return n
+
+    # ---- state (supervisor.py) -------------------------------------------------------
+    def snapshot(self) -> dict:
+        return self.trainer.snapshot()
+
+    def restore(self, snap: dict) -> None:
+        self._staged = []
+        self.trainer.restore(snap)
+
+    def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> float:
+        return self.trainer.save_checkpoint(ckpt_dir, async_save=async_save)
+
+    def poll_checkpoints(self, blocking: bool) -> list[str]:
+        return self.trainer.poll_checkpoints(blocking)
+
+    def load_checkpoint(self, ckpt_dir: str) -> int:
+        self.trainer.load_checkpoint(ckpt_dir, optimizer=True)
+        return self.trainer.steps
 
     def stage(self, items: list[TrainItem]) -> int:
         self._staged.extend(items)
@@ -132,6 +162,9 @@ class ReferenceWorker:
         self.device = device
         self.model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device)
         self.model.eval()
+
+    def ping(self) -> bool:
+        return True
 
     def logprobs(self, input_ids: list, prompt_lens: list) -> list:
         import torch

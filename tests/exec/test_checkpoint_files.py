@@ -1,0 +1,92 @@
+"""Checkpoint directory handling (yatt/exec/checkpoint.py): manifest, atomic commit,
+keep-last-k, verification of truncated/corrupt files, fallback, schedule. No torch/Ray."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from yatt.core.errors import InputError
+from yatt.exec import checkpoint as ckpt
+
+
+def _make(run, step, payload=b"weights" * 100, keep=10):
+    part = ckpt.partial_dir(run, step)
+    (part / "trainer").mkdir(parents=True)
+    (part / "trainer" / "__0_0.distcp").write_bytes(payload + bytes([step]))
+    ckpt.write_state(part, {"step": step, "next_step": step + 1})
+    return ckpt.commit(run, step, keep)
+
+
+def test_commit_is_sealed_and_verifies(tmp_path):
+    d = _make(tmp_path, 3)
+    assert d.name == "step-000003" and not ckpt.partial_dir(tmp_path, 3).exists()
+    man = json.loads((d / ckpt.MANIFEST).read_text())
+    assert set(man["files"]) == {"trainer/__0_0.distcp", "state.json"}
+    assert ckpt.verify(d) is None
+    assert ckpt.read_state(d)["next_step"] == 4
+
+
+def test_keep_last_k_and_stale_partials(tmp_path):
+    for s in range(5):
+        _make(tmp_path, s, keep=2)
+    assert [s for s, _ in ckpt.complete(tmp_path)] == [3, 4]
+    stale = ckpt.partial_dir(tmp_path, 2)
+    stale.mkdir()
+    newer = ckpt.partial_dir(tmp_path, 9)     # a write in flight is left alone
+    newer.mkdir()
+    ckpt.prune(tmp_path, 2)
+    assert not stale.exists() and newer.exists()
+
+
+def test_partial_without_manifest_is_not_a_checkpoint(tmp_path):
+    _make(tmp_path, 1)
+    part = ckpt.partial_dir(tmp_path, 2)
+    (part / "trainer").mkdir(parents=True)
+    assert [s for s, _ in ckpt.complete(tmp_path)] == [1]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "extra", "manifest"])
+def test_damaged_checkpoint_is_refused_naming_the_file_and_falls_back(tmp_path, damage):
+    _make(tmp_path, 1)
+    d = _make(tmp_path, 2)
+    f = d / "trainer" / "__0_0.distcp"
+    if damage == "truncate":
+        f.write_bytes(f.read_bytes()[:10])
+    elif damage == "flip":
+        b = bytearray(f.read_bytes())
+        b[5] ^= 0xFF
+        f.write_bytes(bytes(b))
+    elif damage == "delete":
+        f.unlink()
+    elif damage == "extra":
+        (d / "trainer" / "stray.bin").write_bytes(b"x")
+    else:
+        (d / ckpt.MANIFEST).write_text("{not json")
+    why = ckpt.verify(d)
+    assert why is not None and "\n" not in why
+    name = {"extra": "stray.bin", "manifest": ckpt.MANIFEST}.get(damage, "__0_0.distcp")
+    assert name in why
+    warnings = []
+    step, chosen = ckpt.latest_valid(tmp_path, warnings.append)
+    assert step == 1 and chosen.name == "step-000001"
+    assert len(warnings) == 1 and name in warnings[0] and "falling back to step-000001" in warnings[0]
+
+
+def test_no_valid_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(InputError, match="no complete checkpoint"):
+        ckpt.latest_valid(tmp_path, print)
+    d = _make(tmp_path, 0)
+    (d / "state.json").write_text("{}")
+    with pytest.raises(InputError, match=r"no valid checkpoint.*state\.json"):
+        ckpt.latest_valid(tmp_path, lambda m: None)
+
+
+def test_schedule():
+    s = ckpt.Schedule(every_steps=3, at_steps=(4,), last_save_s=100.0)
+    assert [k for k in range(9) if s.due(k, now=100.0)] == [2, 4, 5, 8]
+    t = ckpt.Schedule(every_minutes=1.0, last_save_s=100.0)
+    assert not t.due(0, now=159.0) and t.due(0, now=160.0)
+    t.saved(now=160.0)
+    assert not t.due(1, now=200.0)
+    assert not ckpt.Schedule().enabled

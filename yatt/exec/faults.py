@@ -1,0 +1,116 @@
+"""Fault injection for reliability tests: kill an actor inside a method, or poison a loss.
+
+Why: recovery code that is never exercised does not work. The tests (and anyone rehearsing
+an incident on a real cluster) set `YATT_FAULTS`; ordinary runs never set it and pay one
+environment lookup per hooked call.
+
+Syntax: comma-separated `ROLE.EVENT@N` (fire on the N-th call, 1-based) or `ROLE.EVENT@N+`
+(fire on the N-th call and every later one), e.g. `rollout.exit@2,trainer.nan@3`.
+
+  ROLE   rollout | genrm | trainer | driver   (the hooked actor's role; driver: the
+                                              `yatt run` process, counted per completed step)
+  EVENT  exit   `os._exit(1)` inside the hooked method: the actor process dies mid-step
+                (rollout/genrm: `generate`/`judge`; trainer: `train_step`, after the
+                backward pass, so the other ranks are left inside a collective);
+                driver: right after the N-th step completed, as a crash would);
+                fires in the role's first actor only (index 0), once per run: a marker
+                file in `YATT_FAULT_DIR` (default: the system temp dir) keeps the
+                restarted actor from dying again
+         nan    the trainer's loss becomes NaN on every rank (`train_step`)
+
+Calls are counted per process, so after a restart the count starts again at 1.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from yatt.core.errors import InputError
+
+ENV = "YATT_FAULTS"
+DIR_ENV = "YATT_FAULT_DIR"
+ROLES = ("rollout", "genrm", "trainer", "driver")
+EVENTS = ("exit", "nan")
+
+
+@dataclass(frozen=True)
+class Fault:
+    role: str
+    event: str
+    call: int              # 1-based call number
+    repeat: bool = False   # also every later call
+
+    def due(self, count: int) -> bool:
+        return count == self.call or (self.repeat and count > self.call)
+
+    @property
+    def marker(self) -> str:
+        return f"yatt-fault-{self.role}.{self.event}@{self.call}"
+
+
+def parse(text: str) -> tuple[Fault, ...]:
+    """Parse a `YATT_FAULTS` value; a malformed item is an InputError naming it."""
+    out = []
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        try:
+            what, when = item.split("@")
+            role, event = what.split(".")
+            repeat = when.endswith("+")
+            n = int(when.rstrip("+"))
+        except ValueError:
+            raise InputError(f"got {item!r}; allowed: ROLE.EVENT@N or ROLE.EVENT@N+",
+                             field=ENV) from None
+        if role not in ROLES or event not in EVENTS or n < 1 or (event == "nan" and role != "trainer"):
+            raise InputError(f"got {item!r}; allowed roles {'|'.join(ROLES)}, events "
+                             f"{'|'.join(EVENTS)} (nan: trainer only), N >= 1", field=ENV)
+        out.append(Fault(role, event, n, repeat))
+    return tuple(out)
+
+
+def env_passthrough() -> dict[str, str]:
+    """The fault settings of this process, to hand to worker actors (empty when unset)."""
+    return {k: os.environ[k] for k in (ENV, DIR_ENV) if os.environ.get(k)}
+
+
+class Hook:
+    """One actor's view of the faults for its role; `hit(event)` counts a call."""
+
+    def __init__(self, role: str, index: int = 0):
+        self.role, self.index = role, index
+        self.faults = tuple(f for f in parse(os.environ.get(ENV, "")) if f.role == role)
+        self.count = 0
+
+    def tick(self) -> None:
+        """Count one call of the hooked method."""
+        self.count += 1
+
+    def fires(self, event: str) -> bool:
+        """Whether `event` fires on the current call (exit: at most once per run)."""
+        for f in self.faults:
+            if f.event != event or not f.due(self.count):
+                continue
+            if event != "exit":
+                return True
+            if self.index != 0:
+                continue
+            marker = Path(os.environ.get(DIR_ENV) or tempfile.gettempdir()) / f.marker
+            if marker.exists():
+                continue
+            marker.touch()
+            return True
+        return False
+
+    def maybe_exit(self) -> None:
+        if self.fires("exit"):
+            os._exit(1)
+
+
+def hook(role: str, index: int = 0) -> Optional[Hook]:
+    """A Hook when `YATT_FAULTS` names this role, else None (the normal case)."""
+    if not os.environ.get(ENV):
+        return None
+    h = Hook(role, index)
+    return h if h.faults else None

@@ -1,0 +1,271 @@
+"""Run supervision: in-memory snapshots, asynchronous checkpoints, fault recovery, NaN rollback.
+
+Why: a multi-day RL run meets dead processes, non-finite losses and crashes of the
+driver itself. The step loop (runner.py) stays simple; this module owns what happens
+around each step:
+
+* after every good step, each trainer rank's full state (weights, optimizer, RNG,
+  counters) is snapshotted into host memory (Ray object store, owned by the driver), so
+  a step can always be redone from the state it started with;
+* on the plan's checkpoint schedule, an asynchronous `dist_checkpointing` save starts
+  (the trainer only blocks for the planning), together with `state.json` (step counter,
+  data position, run state, metrics) and the trace so far; finished saves are sealed
+  (manifest + atomic rename, checkpoint.py) at the next step boundary;
+* when an actor dies mid-step (`RayActorError`), Ray restarts it (`max_restarts`); the
+  supervisor re-forms the trainer process group if a trainer died, restores every
+  trainer rank from the snapshot, resets and re-arms the engines with those weights,
+  forgets the step's partial records and lets the runner redo the step;
+* when a step's loss or gradients were non-finite, the trainer has already skipped the
+  optimizer update; the supervisor also restores the snapshot (the last good state),
+  counts and logs it, and stops the run after `max_nonfinite_steps` in a row.
+
+Prompts and sampling seeds are functions of (seed, step, round), so the data position is
+the step counter and a redone or resumed step sees exactly the same data.
+"""
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from yatt.core.roles import Mode, Role
+from yatt.core.specs import CheckpointSpec
+
+from . import checkpoint as ckpt
+from .controller import StepController
+from .rayutil import get_all
+from .rollout import Release
+
+
+class RunAborted(RuntimeError):
+    """The run cannot continue (e.g. repeated non-finite steps, restarts exhausted)."""
+
+
+def wait_alive(handles: list, fresh: bool = False, timeout_s: float = 600.0) -> None:
+    """Block until every actor answers `ping` (Ray restarts a dead one in the background;
+    calls to it fail with ActorUnavailableError meanwhile). `fresh`: until each answers from
+    a new incarnation (trainers: no Megatron state yet), i.e. after its kill took effect."""
+    import ray
+    from ray.exceptions import RayActorError
+
+    deadline = time.monotonic() + timeout_s
+    todo = list(handles)
+    while todo:
+        left = []
+        for h in todo:
+            try:
+                blank = ray.get(h.ping.remote(), timeout=60)
+                if fresh and not blank:
+                    left.append(h)
+            except (RayActorError, ray.exceptions.GetTimeoutError):
+                left.append(h)
+        if left and time.monotonic() > deadline:
+            raise RunAborted(f"{len(left)} actor(s) did not come back within {timeout_s:.0f} s")
+        todo = left
+        if todo:
+            time.sleep(0.2)
+
+
+def is_actor_fault(e: BaseException) -> bool:
+    from ray.exceptions import RayActorError
+    return isinstance(e, RayActorError)
+
+
+@dataclass
+class Counters:
+    restarts: int = 0            # recoveries from dead actors (the step was redone)
+    rollbacks: int = 0           # non-finite steps rolled back
+    nonfinite_streak: int = 0    # consecutive non-finite steps
+    faults: list = field(default_factory=list)
+
+
+class Supervisor:
+    def __init__(self, plan, actors, ctl, rec, release: Release, spec: CheckpointSpec,
+                 out_dir: Path, push_weights: Callable[[], None], total_steps: int,
+                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)):
+        self.plan, self.actors, self.ctl, self.rec = plan, actors, ctl, rec
+        self.release, self.spec, self.out = release, spec, Path(out_dir)
+        self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
+        self.schedule = ckpt.Schedule(spec.every_steps, spec.every_minutes, spec.at_steps)
+        self.counters = Counters()
+        self.snaps: list = []
+        self.pending: dict[str, int] = {}       # trainer dir being written -> step
+        self.saved_steps: list[int] = []
+
+    def resumed(self, state: dict) -> None:
+        """Continue the counters of a resumed run (state.json `run`)."""
+        r = state.get("run", {})
+        self.counters = Counters(int(r.get("restarts", 0)), int(r.get("rollbacks", 0)),
+                                 int(r.get("nonfinite_streak", 0)), list(r.get("faults", [])))
+
+    # ---- snapshots -------------------------------------------------------------------
+    def snapshot(self) -> None:
+        """Keep every trainer rank's current state (the last good state)."""
+        self.snaps = [w.snapshot.remote() for w in self.actors.trainers]
+        get_all(self.snaps)   # surface errors now, not at recovery time
+
+    def _restore(self) -> None:
+        get_all([w.restore.remote(s) for w, s in zip(self.actors.trainers, self.snaps)])
+
+    # ---- after a step ----------------------------------------------------------------
+    def after_step(self, step: int, row: dict[str, Any]) -> dict[str, Any]:
+        """NaN rollback, snapshot, checkpoint schedule. Adds run columns to `row`."""
+        bad = row.get("skipped", 0) > 0 or not math.isfinite(row.get("loss", 0.0))
+        if bad:
+            self.counters.rollbacks += 1
+            self.counters.nonfinite_streak += 1
+            self._restore()
+            self.push_weights()
+            self.log(f"step {step}: non-finite loss or gradients; update skipped, trainer "
+                     f"rolled back to the state before the step "
+                     f"({self.counters.nonfinite_streak} in a row, {self.counters.rollbacks} in all)")
+            if self.counters.nonfinite_streak >= self.spec.max_nonfinite_steps:
+                last = ckpt.complete(self.out)
+                raise RunAborted(
+                    f"stopping: {self.counters.nonfinite_streak} consecutive steps "
+                    f"(through step {step}) had a non-finite loss or gradients "
+                    f"(checkpoint.max_nonfinite_steps={self.spec.max_nonfinite_steps}); "
+                    + (f"last checkpoint: {last[-1][1]}" if last else "no checkpoint saved")
+                    + "; lower algo.lr or inspect the step's samples in trace.jsonl")
+        else:
+            self.counters.nonfinite_streak = 0
+            self.snapshot()
+        t = time.perf_counter()
+        self.poll(blocking=False)
+        if self.schedule.due(step):
+            self.save(step)
+        row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks,
+                   ckpt_stall_s=round(time.perf_counter() - t, 4))
+        return row
+
+    # ---- checkpoints -----------------------------------------------------------------
+    def save(self, step: int) -> None:
+        """Start a checkpoint of the state after `step` (trainer write is asynchronous)."""
+        part = ckpt.partial_dir(self.out, step)
+        if part.exists():
+            import shutil
+            shutil.rmtree(part)
+        done = step + 1
+        ckpt.write_state(part, {
+            "step": step, "next_step": done, "total_steps": self.total_steps,
+            "seed": self.rec.seed, "data_position": {"next_step": done, "round": 0},
+            "controllers": {"count": self.ctl.count,
+                            "note": "per-step state only: prompts/seeds derive from (seed, step, round)"},
+            "run": {"restarts": self.counters.restarts, "rollbacks": self.counters.rollbacks,
+                    "nonfinite_streak": self.counters.nonfinite_streak,
+                    "faults": self.counters.faults},
+            "trace_end_s": max((s.end_s for s in self.rec.spans), default=0.0),
+            "metrics": self.rec.metrics, "extra": self.rec.extra})
+        self.rec.trace(done).write_jsonl(part / ckpt.TRACE)
+        tdir = str(part / ckpt.TRAINER)
+        get_all([w.save_checkpoint.remote(tdir, self.spec.async_save)
+                 for w in self.actors.trainers])
+        self.pending[tdir] = step
+        self.schedule.saved()
+        if not self.spec.async_save:
+            self._seal(tdir)
+
+    def poll(self, blocking: bool) -> None:
+        if not self.pending:
+            return
+        outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
+        for tdir in outs[0]:
+            self._seal(tdir)
+
+    def _seal(self, tdir: str) -> None:
+        step = self.pending.pop(tdir)
+        final = ckpt.commit(self.out, step, self.spec.keep_last)
+        self.saved_steps.append(step)
+        self.rec.extra["checkpoints"] = [d.name for _, d in ckpt.complete(self.out)]
+        self.rec.extra["last_checkpoint"] = final.name
+
+    def finish(self) -> None:
+        """Wait for in-flight checkpoint writes and seal them (end of run)."""
+        self.poll(blocking=True)
+
+    # ---- faults ----------------------------------------------------------------------
+    def _groups(self) -> dict[str, list]:
+        return {"trainer": self.actors.trainers, "reference": self.actors.refs,
+                **{r.value: es for r, es in self.actors.engines.items()}}
+
+    def _role_of(self, e: BaseException) -> str:
+        aid = getattr(e, "actor_id", None)
+        for name, hs in self._groups().items():
+            if aid and any(h._actor_id.hex() == aid for h in hs):
+                return name
+        return "unknown"
+
+    def dead_actor(self) -> Optional[tuple[str, str]]:
+        """(role, actor id) of an actor that died or is restarting, else None. Used when a
+        step failed with an error that is not itself an actor death (e.g. a trainer rank
+        whose gloo peer vanished raises "Connection reset by peer" before Ray reports the
+        dead peer)."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        for name, hs in self._groups().items():
+            for h in hs:
+                try:
+                    ray.get(h.ping.remote(), timeout=10)
+                except (RayActorError, GetTimeoutError):
+                    return name, h._actor_id.hex()
+        return None
+
+    def is_fault(self, e: BaseException) -> bool:
+        """Whether a failed step is recoverable: an actor died (directly or as the cause)."""
+        if is_actor_fault(e):
+            return True
+        found = self.dead_actor()
+        if found is not None:
+            self._dead = found
+        return found is not None
+
+    def recover(self, e: BaseException, step: int) -> None:
+        """Bring every actor back to the state at the start of `step` (see module doc)."""
+        import ray
+
+        role, dead = self._role_of(e), getattr(e, "actor_id", None)
+        if not is_actor_fault(e) and getattr(self, "_dead", None):
+            role, dead = self._dead
+        self._dead = None
+        self.counters.restarts += 1
+        self.log(f"step {step}: {role} actor died ({type(e).__name__}); restarting it and "
+                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})")
+        if self.counters.restarts > self.spec.max_restarts:
+            raise RunAborted(f"stopping: actor failures exceeded checkpoint.max_restarts="
+                             f"{self.spec.max_restarts} (last: {role} at step {step}: {e})") from e
+        t = time.perf_counter()
+        self.ctl.call(StepController.shutdown)            # drop the step's queues
+        trainers = self.actors.trainers
+        if role in ("trainer", "unknown"):
+            # Peers of a dead rank wait in a collective forever: restart every rank.
+            for w in trainers:
+                if w._actor_id.hex() != dead:
+                    ray.kill(w, no_restart=False)
+        engines = [x for es in self.actors.engines.values() for x in es]
+        restart_all = role in ("trainer", "unknown")
+        wait_alive(engines + self.actors.refs)
+        wait_alive(trainers, fresh=restart_all)
+        if restart_all:
+            addr, port = ray.get(trainers[0].address.remote())
+            get_all([w.setup.remote(addr, port) for w in trainers])
+        else:
+            get_all([w.clear_staged.remote() for w in trainers])
+        self._restore()
+        get_all([x.reset.remote() for x in engines])
+        up = self._engines_up_at_step_start()
+        get_all([x.acquire.remote() if up[r] else x.release.remote()
+                 for r, es in self.actors.engines.items() for x in es])
+        self.push_weights()
+        self.rec.drop_step(step)
+        self.counters.faults.append({"step": step, "role": role, "error": type(e).__name__,
+                                     "recovery_s": round(time.perf_counter() - t, 3)})
+        self.rec.extra["faults"] = self.counters.faults
+
+    def _engines_up_at_step_start(self) -> dict[Role, bool]:
+        """Which engine roles hold their devices when a step begins (as after `_launch`)."""
+        keep = self.release is Release.KEEP or self.plan.mode is Mode.PARTIAL
+        return {r: (r is Role.ROLLOUT or keep) for r in self.actors.engines}
