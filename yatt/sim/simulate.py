@@ -11,6 +11,8 @@ at once on disjoint devices, joined by a bounded queue; a judged group that is d
 immediately streams a replacement prompt back into the rollout engines. Each generator
 releases its devices as soon as its own work is over (rollout: once no replacement can be
 requested any more); the trainer reloads when both are released.
+A cost model that implements `contention.HostContention` slows each phase by the number of
+devices of the host it keeps busy at once (CPU "devices" share cores).
 """
 from __future__ import annotations
 
