@@ -14,6 +14,10 @@ bounded) minimises them. Parameters are normalised to their starting values, and
 efficiency fractions are fitted as their inverses (phase times are linear in 1/eff), so
 Gauss-Newton converges in a few iterations. Only coefficients that some measured phase
 depends on are fitted; the last step(s) of each trace are held out and reported apart.
+
+`contention_from_traces` fits the profiled model's host-contention ratios instead (measured
+over contention-free replayed time per phase and busy-device count); `bench/fidelity.py
+--contention traces-loo` uses it leave-one-workload-out.
 """
 from __future__ import annotations
 
