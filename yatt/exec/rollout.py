@@ -96,6 +96,12 @@ class EngineCore:
                                   gpu_memory_utilization=self.cfg.gpu_memory_utilization)
         if not self.cfg.cpu and self.cfg.release is Release.SLEEP:
             kw["enable_sleep_mode"] = True
+        if self.cfg.cpu:
+            # vLLM-CPU rewinds a seeded request's generator after a partial (chunked)
+            # prefill with `set_offset`, which CPU generators refuse ("CPU Generator does
+            # not use offset"): a step whose prompts exceed the per-step token budget died.
+            # Whole-prompt prefills only; each sample still has its own seeded generator.
+            kw["enable_chunked_prefill"] = False
         self.llm = LLM(self.cfg.model_path, **kw)
         self.sleeping = False
         return time.perf_counter() - t0
