@@ -8,19 +8,23 @@ CPU in about a minute:
     stopped as soon as its expected exact accuracy at temperature 1 (the probability of
     the exact answer string, teacher-forced, averaged over held-out problems) reaches
     `actor_target` (default 0.3), so RL has room to improve it;
-  * the GenRM (bigger): reads the judging template `genrm.TEMPLATE` filled with
-    (question, candidate answer) and writes " 1" (correct) or " 0" (wrong), trained on
-    correct answers and near-miss wrong ones. Its agreement with `task.exact_match` is
-    measured on held-out pairs and reported.
+  * the GenRM: the actor's shape, initialised from the SFT actor's checkpoint (as reward
+    models usually start from the SFT policy), reads the judging template `genrm.TEMPLATE`
+    (response first, then the question) and writes " <its sum> <the integer it reads in
+    the response> <one =/x mark per digit> score: 1|0". It is trained on balanced rows of
+    correct answers and near misses shaped like the SFT actor's own mistakes (mostly off by
+    one or ten), now and then with trailing junk, labelled by `task.exact_match`. Its
+    agreement with the checker is measured on held-out pairs and on the actor's own samples.
 Everything is seeded (single-threaded torch), so the same seed gives the same weights.
 Checkpoints are HF directories (safetensors + char tokenizer) that vLLM and Megatron load.
-The default recipe's checkpoints are also committed under configs/demo-models (about
-2 and 3.5 MB), because on a busy 2-core box their training takes minutes.
+The default recipe's checkpoints are also committed under configs/demo-models (1.6 MB
+each), because on a busy 2-core box their training takes minutes.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -29,6 +33,7 @@ from typing import Callable, Optional
 
 import numpy as np
 
+from yatt.core.errors import InputError
 from yatt.core.specs import ModelSpec
 
 STAMP = "yatt_demo.json"
@@ -43,7 +48,7 @@ class PrepConfig:
     actor_target: float = 0.3        # stop the actor's SFT at this expected accuracy (T=1)
     actor_max_steps: int = 3000
     actor_lr: float = 1e-3
-    genrm_target: float = 0.6       # stop the GenRM at this all-tokens-right share (held out)
+    genrm_target: float = 0.95      # stop the GenRM at this all-tokens-right share (held out)
     genrm_steps: int = 1500
     genrm_lr: float = 1e-3
     batch: int = 128
@@ -71,22 +76,35 @@ def problem(rng: np.random.Generator) -> tuple[str, str]:
     return f"Q: {a}+{b}= A:", str(a + b)
 
 
+# Near misses the GenRM must reject, weighted like the SFT actor's own mistakes (sampled
+# at T=1 from the committed actor: about half are off by one or by ten, most of the rest
+# off by 2-3, 9 or 11, a wrong length, or trailing junk).
+_NEAR = (-1, 1, -10, 10, -2, 2, -9, 9, -11, 11, -3, 3, -20, 20, -100, 100)
+_NEAR_P = np.array([6, 3, 5, 2, 1.5, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.5])
+_NEAR_P = _NEAR_P / _NEAR_P.sum()
+
+
 def wrong_answer(rng: np.random.Generator, answer: str) -> str:
-    """A plausible wrong answer: off by a little, a digit changed, digits swapped, or random."""
+    """A plausible wrong answer: off by a little (mostly 1 or 10, like the actor's own
+    misses), a digit changed, digits swapped, a digit dropped or doubled, or random."""
     v = int(answer)
-    kind = int(rng.integers(0, 5))
-    if kind == 0:
-        w = v + int(rng.choice([-1, 1, -2, 2, -10, 10]))
-    elif kind == 1:
+    kind = int(rng.integers(0, 10))
+    if kind < 5:
+        w = v + int(rng.choice(_NEAR, p=_NEAR_P))
+    elif kind < 7:
         d = list(answer)
         i = int(rng.integers(0, len(d)))
         d[i] = str((int(d[i]) + int(rng.integers(1, 10))) % 10)
         w = int("".join(d))
-    elif kind == 2 and len(answer) > 1 and answer[-1] != answer[-2]:
+    elif kind == 7 and len(answer) > 1 and answer[-1] != answer[-2]:
         w = int(answer[:-2] + answer[-1] + answer[-2])
+    elif kind == 8:
+        i = int(rng.integers(0, len(answer)))
+        w = int(answer[:i] + answer[i + 1:] if rng.integers(0, 2) and len(answer) > 1
+                else answer[:i] + answer[i] + answer[i:])
     else:
         w = int(rng.integers(0, 200))
-    return str(w) if w != v else str(v + 1)
+    return str(w) if w != v and w >= 0 else str(v + 1)
 
 
 def _encode(tok, text: str) -> list[int]:
@@ -184,21 +202,64 @@ def judge_text(question: str, response: str) -> str:
     return TEMPLATE.format(prompt=question, response=response)
 
 
-def verdict(answer: str, score: int) -> str:
-    """What the GenRM writes after 'Score:' (then <eos>): its own sum of the question (a
-    one-number chain of thought), then the verdict. `ScoreParser` reads the `score` pair;
-    the bare sum before it is no `name: value` pair, so it is ignored."""
-    return f" {answer} score: {score}"
+_FIRST_INT = re.compile(r"-?\d+")
+
+
+def read_answer(response: str) -> str:
+    """The integer the exact checker reads in a response (its first one), or 'none'."""
+    m = _FIRST_INT.search(response)
+    return m.group(0) if m else "none"
+
+
+WIDTH = 3     # sums are < 200: every number the GenRM writes is padded to 3 characters
+
+
+def field(number: str) -> str:
+    """A number as the GenRM writes it: right-aligned in WIDTH characters padded with '.',
+    or '???' when it does not fit (a longer number, or no number: 'none')."""
+    return number.rjust(WIDTH, ".") if number != "none" and len(number) <= WIDTH else "?" * WIDTH
+
+
+def marks(answer: str, read: str) -> str:
+    """One mark per column of the two fields: '=' where they agree, 'x' where not."""
+    return "".join("=" if x == y else "x" for x, y in zip(field(answer), field(read)))
+
+
+def verdict(answer: str, read: str, score: int) -> str:
+    """What the GenRM writes (then <eos>): its own sum of the question, the integer it reads
+    in the response, a column-by-column comparison of the two, then the verdict, e.g.
+    " .46 .47 ==x score: 0". With fixed-width fields each mark compares two characters a
+    fixed distance back (4 and 8 tokens), whatever the numbers, so every step is a small
+    local rule (add; copy; compare; 'all marks are =') that the 2-layer model learns in a
+    few hundred steps; a bare verdict, or sum then verdict, stayed lenient after far more.
+    `ScoreParser` reads the `score` pair; nothing before it is a `name: value` pair."""
+    return f" {field(answer)} {field(read)} {marks(answer, read)} score: {score}"
+
+
+def candidate(rng: np.random.Generator, answer: str, good: bool) -> str:
+    """A response as the run decodes it (leading space): the answer or a near miss, now and
+    then with trailing junk (the actor writes some), rarely no number at all."""
+    r = " " + (answer if good else wrong_answer(rng, answer))
+    u = rng.random()
+    if u < 0.06:
+        r += "".join(rng.choice(list("0123456789x +=AQ:"), size=int(rng.integers(1, 4))))
+    elif u < 0.08 and not good:
+        r = " " + "".join(rng.choice(list("xAQ:= +"), size=int(rng.integers(1, 4))))
+    return r
 
 
 def genrm_rows(tok, rng: np.random.Generator, n: int) -> list[tuple[list[int], list[int]]]:
+    """Balanced judging rows: even rows hold a correct answer, odd rows a near miss; the
+    label is the exact checker's verdict on the response as written."""
+    from .task import exact_match
+
     rows = []
     for i in range(n):
         q, a = problem(rng)
-        good = i % 2 == 0
-        ans = a if good else wrong_answer(rng, a)
-        rows.append(([tok.bos_token_id] + _encode(tok, judge_text(q, " " + ans)),
-                     _encode(tok, verdict(a, 1 if good else 0)) + [tok.eos_token_id]))
+        r = candidate(rng, a, i % 2 == 0)
+        score = int(exact_match(a, r))
+        rows.append(([tok.bos_token_id] + _encode(tok, judge_text(q, r)),
+                     _encode(tok, verdict(a, read_answer(r), score)) + [tok.eos_token_id]))
     return rows
 
 
@@ -209,7 +270,7 @@ def genrm_agreement(model, tok, rows) -> tuple[float, float, float]:
     exact checker. Returns overall, on correct answers, on wrong answers."""
     import torch
 
-    one = _encode(tok, verdict("0", 1))[-1]
+    one = _encode(tok, verdict("0", "0", 1))[-1]
     with torch.no_grad():
         ids, lab = _batch(rows, tok.pad_token_id)
         pred = model(ids).logits.argmax(-1)
@@ -219,41 +280,105 @@ def genrm_agreement(model, tok, rows) -> tuple[float, float, float]:
     return float(np.mean(ok)), float(np.mean(pos)), float(np.mean(neg))
 
 
+def _load(d: str | Path):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    return (AutoTokenizer.from_pretrained(str(d)),
+            AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32).eval())
+
+
+def _generate(model, tok, prompts: list[list[int]], max_new: int, sample: bool) -> list[str]:
+    """Batched HF generation (left-padded), decoded like the run decodes (no specials)."""
+    import torch
+
+    width = max(len(p) for p in prompts)
+    ids = torch.full((len(prompts), width), tok.pad_token_id, dtype=torch.long)
+    att = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p):], att[i, width - len(p):] = torch.tensor(p), 1
+    kw = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0) if sample else dict(do_sample=False)
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=max_new,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, **kw)
+    return [tok.decode(o[width:].tolist(), skip_special_tokens=True) for o in out]
+
+
+def _judge(genrm, tok, pairs: list[tuple[str, str]], max_new: int) -> list[bool]:
+    """GenRM verdicts (reward >= 0.5) for (question, decoded response) pairs, greedy."""
+    from .genrm import default_parser
+
+    parser = default_parser()
+    texts = _generate(genrm, tok, [[tok.bos_token_id] + _encode(tok, judge_text(q, r))
+                                   for q, r in pairs], max_new, sample=False)
+    return [parser.parse(t).reward >= 0.5 for t in texts]
+
+
+def _agreement(says: list[bool], truth: list[bool], n: int) -> dict:
+    hit = {t: [s == t for s, t2 in zip(says, truth) if t2 == t] for t in (True, False)}
+    return {"agreement": round(float(np.mean([s == t for s, t in zip(says, truth)])), 4),
+            "on_correct": round(float(np.mean(hit[True])), 4) if hit[True] else None,
+            "on_wrong": round(float(np.mean(hit[False])), 4) if hit[False] else None,
+            "correct_share": round(float(np.mean(truth)), 4), "pairs": n}
+
+
+# The run's GenRM budget: workload.genrm_output_len (configs/workload/demo-learn.yaml).
+JUDGE_TOKENS = 24
+
+
 def generated_agreement(genrm_dir: str | Path, n: int = 256, seed: int = 7) -> dict:
     """The GenRM as a run uses it: greedy generation (HF) after the judging template,
     `ScoreParser` on the text, verdict >= 0.5 vs the exact checker, on n fresh held-out
     pairs (half correct answers, half near misses)."""
+    from .task import exact_match
+
+    tok, model = _load(genrm_dir)
+    rng = np.random.default_rng([seed, 97])
+    pairs, truth = [], []
+    for i in range(n):
+        q, a = problem(rng)
+        r = " " + (a if i % 2 == 0 else wrong_answer(rng, a))
+        pairs.append((q, r))
+        truth.append(exact_match(a, r) == 1.0)
+    return _agreement(_judge(model, tok, pairs, JUDGE_TOKENS), truth, n)
+
+
+def rollout_agreement(actor_dir: str | Path, genrm_dir: str | Path, n: int = 512,
+                      seed: int = 7, max_tokens: int = 8) -> dict:
+    """The GenRM on the actor's own rollouts: the actor samples an answer at temperature 1
+    (as the run's engine does) to n fresh problems, the GenRM judges each greedily, and the
+    verdict is compared with `task.exact_match`. This is the reward the RL actually sees."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .genrm import default_parser
+    from .task import exact_match
 
-    tok = AutoTokenizer.from_pretrained(str(genrm_dir))
-    model = AutoModelForCausalLM.from_pretrained(str(genrm_dir), dtype=torch.float32).eval()
-    rows = genrm_rows(tok, np.random.default_rng([seed, 97]), n)
-    one, parser = _encode(tok, verdict("0", 1))[-1], default_parser()
-    width = max(len(p) for p, _ in rows)
-    ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
-    att = torch.zeros((n, width), dtype=torch.long)
-    for i, (p, _) in enumerate(rows):                 # left-pad for batched greedy decoding
-        ids[i, width - len(p):], att[i, width - len(p):] = torch.tensor(p), 1
-    with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=att, max_new_tokens=12,
-                             do_sample=False, pad_token_id=tok.pad_token_id,
-                             eos_token_id=tok.eos_token_id)
-    hit = {True: [], False: []}
-    for i, (_, t) in enumerate(rows):
-        says = parser.parse(tok.decode(out[i, width:].tolist(), skip_special_tokens=True)).reward >= 0.5
-        hit[t[-2] == one].append(says == (t[-2] == one))
-    both = hit[True] + hit[False]
-    return {"agreement": round(float(np.mean(both)), 4),
-            "on_correct": round(float(np.mean(hit[True])), 4),
-            "on_wrong": round(float(np.mean(hit[False])), 4), "pairs": n}
+    atok, actor = _load(actor_dir)
+    gtok, genrm = _load(genrm_dir)
+    rng = np.random.default_rng([seed, 96])
+    probs = [problem(rng) for _ in range(n)]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        resp = _generate(actor, atok, [[atok.bos_token_id] + _encode(atok, q) for q, _ in probs],
+                         max_tokens, sample=True)
+    truth = [exact_match(a, r) == 1.0 for (_, a), r in zip(probs, resp)]
+    return _agreement(_judge(genrm, gtok, [(q, r) for (q, _), r in zip(probs, resp)], JUDGE_TOKENS),
+                      truth, n)
 
 
 # ---------------------------------------------------------------------------- driver
+# Per role; bump when that role's data or format (for the GenRM also genrm.TEMPLATE)
+# change: the stamp then no longer matches, so cached and committed checkpoints of the old
+# recipe are retrained, not reused. GenRM 2: warm start from the SFT actor, response-first
+# template, verdict " <sum> <read answer> <marks> score: v", actor-like near misses.
+RECIPE_VERSION = {"actor": 1, "genrm": 2}
+
+
 def _stamp(spec: ModelSpec, cfg: PrepConfig, role: str) -> dict:
-    return {"role": role, "spec": asdict(spec), "cfg": asdict(cfg), "version": 1}
+    """What a checkpoint was made from: its shape and only its own role's recipe fields
+    (so tuning the GenRM's recipe leaves the actor's stamp, and checkpoint, valid)."""
+    other = "genrm_" if role == "actor" else "actor_"
+    mine = {k: v for k, v in asdict(cfg).items() if not k.startswith(other)}
+    return {"role": role, "spec": asdict(spec), "cfg": mine, "version": RECIPE_VERSION[role]}
 
 
 def _is_prepared(d: Path, stamp: dict) -> Optional[dict]:
@@ -262,6 +387,22 @@ def _is_prepared(d: Path, stamp: dict) -> Optional[dict]:
     except (OSError, ValueError):
         return None
     return got if got.get("stamp") == stamp and (d / "model.safetensors").exists() else None
+
+
+# The demo actor's shape, read by GenRM preparation (the GenRM starts from its checkpoint).
+ACTOR_MODEL = SHIPPED.parent / "model" / "demo-actor.yaml"
+
+
+def demo_actor_spec() -> ModelSpec:
+    from yatt.core.config import read_yaml
+    from yatt.core.schema import from_dict
+
+    return from_dict(ModelSpec, read_yaml(ACTOR_MODEL))
+
+
+def _shape(spec: ModelSpec) -> dict:
+    return {k: v for k, v in asdict(spec).items()
+            if k not in ("name", "source", "hf_path", "published_params")}
 
 
 class DemoRole(str, Enum):
@@ -287,6 +428,15 @@ def prepare_one(spec: ModelSpec, role: DemoRole, out_root: Path, cfg: PrepConfig
 
     d = prepared_dir(spec, role, out_root, cfg)
     stamp = _stamp(spec, cfg, role.value)
+    init = None
+    if role is DemoRole.GENRM:    # warm start from the SFT actor (prepared first, if needed)
+        actor = demo_actor_spec()
+        if _shape(actor) != _shape(spec):
+            raise InputError(f"got a shape unlike demo-actor's ({ACTOR_MODEL.name}); allowed: the "
+                             "demo GenRM is warm-started from the SFT actor, so the same shape",
+                             field="genrm")
+        init, _ = prepare_one(actor, DemoRole.ACTOR, out_root, cfg, log)
+        stamp["init"] = json.loads((init / STAMP).read_text())["stamp"]
     done = _is_prepared(d, stamp)
     if done:
         return d, done["report"]
@@ -304,7 +454,7 @@ def prepare_one(spec: ModelSpec, role: DemoRole, out_root: Path, cfg: PrepConfig
         torch.manual_seed(cfg.seed)
         build_hf_model(spec, d, cfg.seed)
         tok = AutoTokenizer.from_pretrained(str(d))
-        model = AutoModelForCausalLM.from_pretrained(str(d), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_pretrained(str(init or d), dtype=torch.float32)
         rep = _TRAIN[role](model, tok, cfg, rng, log)
         model.save_pretrained(str(d), safe_serialization=True)
     (d / STAMP).write_text(json.dumps({"stamp": stamp, "report": rep}, indent=1))
