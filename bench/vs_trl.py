@@ -237,6 +237,27 @@ def compare(py: Path, steps: int, lr: float, beta: float, job: dict) -> dict:
             "max_new_tokens": job["max_new"], "yatt": y, "trl": t}
 
 
+def statements(r: dict) -> list[str]:
+    """Plain statements computed from one job's measurements (where yatt wins and loses)."""
+    y, t = r["yatt"], r["trl"]
+    yp, tp = y["phases_s"], t["phases_s"]
+    rest = sum(v for k, v in yp.items() if k != "rollout")
+    return [
+        f"steady state: yatt {'wins' if r['ratio'] >= 1 else 'loses'} ({y['steady_step_s']} vs "
+        f"{t['steady_step_s']} s/step, ratio {r['ratio']}x; target 2x "
+        f"{'met' if r['ratio'] >= 2 else 'not met'})",
+        f"rollout: yatt's vLLM engine {yp.get('rollout')} s/step vs TRL's HF generate "
+        f"{tp['generate (HF)']} s/step",
+        f"rest of the step: yatt {round(rest, 3)} s (" + ", ".join(
+            f"{k} {v}" for k, v in yp.items() if k != "rollout") + ") vs TRL "
+        f"{tp['everything else (reference, loss, backward, Adam, reward)']} s",
+        f"start-up: yatt {y['startup_s']} s to launch + {y['first_step_s']} s first step "
+        f"(its reference phase {y['first_step_phases_s'].get('ref_logprob')} s) vs TRL "
+        f"{t['startup_s']} s + {t['first_step_s']} s; including start-up the ratio is "
+        f"{r['ratio_incl_startup']}x",
+    ]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=10)
@@ -249,8 +270,10 @@ def main() -> int:
     lr, beta = 5e-4, 0.05
     py = ensure_trl_venv(Path(a.venv))
     res = compare(py, a.steps, lr, beta, SMALL)
+    res["statements"] = statements(res)
     if not a.no_large:
         res["large"] = compare(py, a.steps, lr, beta, LARGE)
+        res["large"]["statements"] = statements(res["large"])
     res["target_ratio"] = 2.0
     res["machine"] = (f"{os.cpu_count()} shared cores, CPU only, one compute thread per side "
                       "(TRL: one process; yatt: one device, its processes take turns)")
