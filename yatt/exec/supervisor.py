@@ -119,6 +119,7 @@ class Supervisor:
             self.counters.nonfinite_streak += 1
             self._restore()
             self.push_weights()
+            row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks)
             self.log(f"step {step}: non-finite loss or gradients; update skipped, trainer "
                      f"rolled back to the state before the step "
                      f"({self.counters.nonfinite_streak} in a row, {self.counters.rollbacks} in all)")
@@ -132,10 +133,15 @@ class Supervisor:
                     + "; lower algo.lr or inspect the step's samples in trace.jsonl")
         else:
             self.counters.nonfinite_streak = 0
+            t = time.perf_counter()
             self.snapshot()
+            row["snapshot_s"] = round(time.perf_counter() - t, 4)
         t = time.perf_counter()
         self.poll(blocking=False)
         if self.schedule.due(step):
+            # At most one write in flight: a save waits for the previous one (bounds host
+            # memory, and the previous checkpoint is sealed before the next starts).
+            self.poll(blocking=True)
             self.save(step)
         row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks,
                    ckpt_stall_s=round(time.perf_counter() - t, 4))
@@ -179,6 +185,7 @@ class Supervisor:
         step = self.pending.pop(tdir)
         final = ckpt.commit(self.out, step, self.spec.keep_last)
         self.saved_steps.append(step)
+        self.log(f"checkpoint {final} sealed")
         self.rec.extra["checkpoints"] = [d.name for _, d in ckpt.complete(self.out)]
         self.rec.extra["last_checkpoint"] = final.name
 

@@ -428,9 +428,15 @@ class MegatronTrainer:
             dist_checkpointing.save(sd, ckpt_dir)
             return time.perf_counter() - t0
         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
+        from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
         if self._ckpt_queue is None:
             self._ckpt_queue = AsyncCallsQueue()
-        req = dist_checkpointing.save(sd, ckpt_dir, async_sharded_save=True)
+            # One writer per rank; the save plan (a collective) is computed once and reused
+            # while the state's structure stays the same: most of the stall is that plan.
+            self._ckpt_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1,
+                                                               cached_metadata=True)
+        req = dist_checkpointing.save(sd, ckpt_dir, sharded_strategy=self._ckpt_strategy,
+                                      async_sharded_save=True)
         self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
         return time.perf_counter() - t0
 
@@ -440,7 +446,15 @@ class MegatronTrainer:
         returns their directories, oldest first. `blocking` waits for all of them."""
         if self._ckpt_queue is None or not self._ckpt_pending:
             return []
-        done = self._ckpt_queue.maybe_finalize_async_calls(blocking=blocking)
+        if not blocking:
+            # megatron asks `Process.is_alive()`, which never turns False where SIGCHLD is
+            # ignored (Ray workers: the kernel reaps the writer, waitpid fails, multiprocessing
+            # reports "alive"). So: did this rank's oldest writer exit? then agree over ranks.
+            busy = torch.tensor([0.0 if _writer_exited(self._ckpt_queue) else 1.0])
+            torch.distributed.all_reduce(busy, op=torch.distributed.ReduceOp.MAX)
+            if busy.item() > 0:
+                return []
+        done = self._ckpt_queue.maybe_finalize_async_calls(blocking=True)
         return [self._ckpt_pending.pop(i) for i in done]
 
     @staticmethod
@@ -488,3 +502,11 @@ def _saved_counters(ckpt_dir: str) -> Optional[dict]:
     if not os.path.exists(common):
         return None
     return torch.load(common, weights_only=False).get("counters")
+
+
+def _writer_exited(queue) -> bool:
+    """Whether the oldest asynchronous checkpoint writer process of `queue` has exited."""
+    proc = getattr(queue.async_calls[0].async_caller, "process", None) if queue.async_calls else None
+    if proc is None:
+        return True
+    return not proc.is_alive() or not os.path.exists(f"/proc/{proc.pid}")

@@ -1,0 +1,98 @@
+"""Checkpoint stall: how long training waits for a checkpoint, asynchronous vs synchronous.
+
+Runs one plan three times in one Ray session, side by side: no checkpoints, a checkpoint
+after every step with the asynchronous `dist_checkpointing` write (the default), and the
+same with a synchronous write. The trainer is DP=2 on the 2 CPU "devices", model +
+optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
+
+  stall_s      seconds the step loop waits per checkpoint (`ckpt_stall_s` in metrics.csv:
+               finalising the previous write, the save plan, handing the write off, and
+               sealing = manifest + rename), median over checkpointed steps >= 2 (step 0
+               pays one-off process warm-up, step 1 the first write's set-up)
+  step_s       median step time (steps >= 2) of the run WITHOUT checkpoints
+  stall_ratio  stall_s / step_s, for a checkpoint after EVERY step (the worst case;
+               the default is every 10 steps or 30 minutes, i.e. a tenth of it)
+  snapshot_s   the per-step in-memory snapshot fault recovery uses (not a checkpoint)
+
+Workload: configs/demo-learn.yaml's actor and workload (128 samples/step), colocate, engines
+resident. `--config` picks another experiment. Writes bench/results/checkpoint.json.
+Usage: .venv/bin/python bench/checkpoint.py [--steps 8] [--config configs/demo-learn.yaml]
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _col(run_dir: Path, name: str, first: int = 2) -> list[float]:
+    rows = list(csv.DictReader(open(run_dir / "metrics.csv")))
+    return [float(r[name]) for r in rows if int(r["step"]) >= first and r.get(name) not in ("", None)]
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "checkpoint.json"))
+    args = ap.parse_args()
+
+    from yatt.core.config import load_experiment
+    from yatt.core.roles import Mode, ReleasePolicy
+    from yatt.exec.demo_plans import demo_plan
+    from yatt.exec.env import ensure_ray
+    from yatt.exec.runner import run_plan
+
+    exp = load_experiment(args.config)
+    base = demo_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
+    ensure_ray(base.cluster.num_gpus)
+    root = Path(tempfile.mkdtemp(prefix="yatt-ckpt-bench-"))
+    runs = {}
+    load = {}
+    for name, every, async_save in (("none", 0, True), ("async", 1, True), ("sync", 1, False)):
+        ck = dataclasses.replace(exp.checkpoint, every_steps=every, every_minutes=0.0,
+                                 async_save=async_save, keep_last=2)
+        plan = dataclasses.replace(base, experiment=dataclasses.replace(exp, checkpoint=ck))
+        load[name] = os.getloadavg()[0]
+        t = time.time()
+        run_plan(plan, steps=args.steps, out_dir=root / name, seed=0, progress=False,
+                 log=lambda m: None)
+        runs[name] = {"wall_s": round(time.time() - t, 1),
+                      "step_s": round(statistics.median(_col(root / name, "step_s")), 4),
+                      "snapshot_s": round(statistics.median(_col(root / name, "snapshot_s")), 4)}
+        if every:
+            runs[name]["stall_s"] = round(statistics.median(_col(root / name, "ckpt_stall_s")), 4)
+            runs[name]["stall_s_max"] = round(max(_col(root / name, "ckpt_stall_s")), 4)
+            ck_dir = sorted((root / name / "checkpoints").glob("step-*"))[-1]
+            runs[name]["checkpoint_mb"] = round(
+                sum(p.stat().st_size for p in ck_dir.rglob("*") if p.is_file()) / 2**20, 2)
+    step_s = runs["none"]["step_s"]
+    out = {"step_s": step_s, "stall_s": runs["async"]["stall_s"],
+           "stall_ratio": round(runs["async"]["stall_s"] / step_s, 4),
+           "sync_stall_s": runs["sync"]["stall_s"],
+           "sync_stall_ratio": round(runs["sync"]["stall_s"] / step_s, 4),
+           "snapshot_s": runs["none"]["snapshot_s"],
+           "snapshot_ratio": round(runs["none"]["snapshot_s"] / step_s, 4),
+           "checkpoint_every_steps": 1, "steps": args.steps, "config": os.path.relpath(args.config, ROOT),
+           "plan": base.describe(), "runs": runs,
+           "load_avg_at_start": {k: round(v, 2) for k, v in load.items()},
+           "machine": "2 shared cores, CPU only, one thread per device"}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    print(f"checkpoint: step {step_s:.3f} s, async stall {out['stall_s']:.3f} s "
+          f"({out['stall_ratio'] * 100:.1f}%), sync stall {out['sync_stall_s']:.3f} s "
+          f"({out['sync_stall_ratio'] * 100:.1f}%), snapshot {out['snapshot_s']:.3f} s -> {args.out}")
+    return out
+
+
+if __name__ == "__main__":
+    main()
