@@ -76,17 +76,19 @@ def fidelity_report(console: Console, trace, cost) -> None:
                   + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else ""))
 
 
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse bad checkpoint flags before any planning or start-up."""
+    for flag, v, lo in (("--ckpt-every", args.ckpt_every, 0), ("--ckpt-minutes", args.ckpt_minutes, 0),
+                        ("--keep", args.keep, 1)):
+        if v is not None and not v >= lo:   # also refuses NaN
+            raise InputError(f"got {v}; allowed: {'>= 1' if lo else '>= 0 (0: off)'}", field=flag)
+
+
 def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
     """The plan with --ckpt-every / --ckpt-minutes / --keep applied."""
     c = plan.experiment.checkpoint
     over = {k: v for k, v in (("every_steps", args.ckpt_every), ("every_minutes", args.ckpt_minutes),
                               ("keep_last", args.keep)) if v is not None}
-    for k, v in over.items():
-        if v < (1 if k == "keep_last" else 0):
-            flag = {"every_steps": "--ckpt-every", "every_minutes": "--ckpt-minutes",
-                    "keep_last": "--keep"}[k]
-            raise InputError(f"got {v}; allowed: {'>= 1' if k == 'keep_last' else '>= 0 (0: off)'}",
-                             field=flag)
     if not over:
         return plan
     exp = dataclasses.replace(plan.experiment, checkpoint=dataclasses.replace(c, **over))
@@ -127,6 +129,7 @@ def run_command(args: argparse.Namespace) -> int:
     args.steps = 2 if args.steps is None else args.steps
     if args.steps < 1:
         raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    _check_flags(args)
     if args.resume:
         return resume_command(args, Console())
     src = Path(args.target) if args.target else _demo_config()
