@@ -49,6 +49,8 @@ def main() -> int:
                     help="reward source (rule: the exact checker itself, for comparison)")
     ap.add_argument("--lr", type=float, default=None, help="override algo.lr")
     ap.add_argument("--kl", type=float, default=None, help="override algo.kl_coef")
+    ap.add_argument("--variant", default=None,
+                    help="store this run under variants.<name> (a comparison, not the headline)")
     a = ap.parse_args()
 
     from yatt.core.config import load_experiment
@@ -111,7 +113,9 @@ def main() -> int:
     out = Path(a.result)
     out.parent.mkdir(parents=True, exist_ok=True)
     old = json.loads(out.read_text()) if out.exists() else {}
-    if a.reward == "genrm":
+    if a.variant:
+        old.setdefault("variants", {})[a.variant] = res
+    elif a.reward == "genrm":
         old.update(res)                       # the headline numbers: GenRM as the reward
     else:
         old[f"{a.reward}_reward"] = res        # comparison run, kept next to them
