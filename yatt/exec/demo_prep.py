@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import time
 from dataclasses import asdict, dataclass
 from enum import Enum
@@ -202,13 +201,12 @@ def judge_text(question: str, response: str) -> str:
     return TEMPLATE.format(prompt=question, response=response)
 
 
-_FIRST_INT = re.compile(r"-?\d+")
-
-
 def read_answer(response: str) -> str:
     """The integer the exact checker reads in a response (its first one), or 'none'."""
-    m = _FIRST_INT.search(response)
-    return m.group(0) if m else "none"
+    from .task import first_integer
+
+    got = first_integer(response)
+    return got if got is not None else "none"
 
 
 WIDTH = 3     # sums are < 200: every number the GenRM writes is padded to 3 characters

@@ -83,7 +83,13 @@ def prompt_index(prompt_id: int, workload: Workload) -> int:
 _FIRST_INT = re.compile(r"-?\d+")
 
 
+def first_integer(response: str) -> str | None:
+    """The integer the checker reads in a response: its first one (with a leading '-')."""
+    m = _FIRST_INT.search(response)
+    return m.group(0) if m is not None else None
+
+
 def exact_match(answer: str, response: str) -> float:
     """1.0 when the first integer in the response equals the answer, else 0.0."""
-    m = _FIRST_INT.search(response)
-    return 1.0 if m is not None and m.group(0) == answer.strip() else 0.0
+    got = first_integer(response)
+    return 1.0 if got is not None and got == answer.strip() else 0.0
