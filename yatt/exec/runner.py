@@ -100,10 +100,18 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                         device="cpu" if cpu else "cuda", kl_estimator=a.kl_estimator,
                         dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
                         seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept,
-                        async_checkpoints=exp.checkpoint.async_save)
+                        async_checkpoints=exp.checkpoint.async_save and bool(
+                            exp.checkpoint.every_steps or exp.checkpoint.every_minutes
+                            or exp.checkpoint.at_steps))
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
+    refs = []   # created now so they load while trainers and engines start
+    if a.use_reference and plan.has(Role.REFERENCE):
+        rcls = ray.remote(num_cpus=0)(ReferenceWorker)
+        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(paths[Role.ROLLOUT],
+                                                                            "cpu" if cpu else "cuda")
+                for g in plan.placement(Role.REFERENCE).groups()]
     addr, port = ray.get(trainers[0].address.remote())
     t = time.perf_counter()
     setup = [w.setup.remote(addr, port) for w in trainers]
@@ -117,12 +125,6 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     ray.get(starts)
     rec.extra["engine_start_s"] = round(time.perf_counter() - t, 3)
     groups = [trainers[i:i + tp.tp] for i in range(0, len(trainers), tp.tp)]
-    refs = []
-    if a.use_reference and plan.has(Role.REFERENCE):
-        rcls = ray.remote(num_cpus=0)(ReferenceWorker)
-        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(paths[Role.ROLLOUT],
-                                                                "cpu" if cpu else "cuda")
-                for g in plan.placement(Role.REFERENCE).groups()]
     return Actors(engines, trainers, groups, refs)
 
 

@@ -166,14 +166,29 @@ class ReferenceWorker:
     def ping(self) -> bool:
         return True
 
-    def logprobs(self, input_ids: list, prompt_lens: list) -> list:
+    def logprobs(self, input_ids: list, prompt_lens: list, max_tokens: int = 8192) -> list:
+        """Per-token log-probs of each sequence's response tokens, in right-padded batches of
+        at most `max_tokens` padded tokens, one forward each (causal attention: a sequence
+        never sees its own padding, so values match per-sequence forwards to float
+        rounding; 2-4x faster than one forward per sequence on CPU)."""
         import torch
 
-        out = []
+        from .algo import group_consecutive
+
+        out: list = [None] * len(input_ids)
+        groups = group_consecutive([len(x) for x in input_ids],
+                                   lambda count, longest: count * longest <= max_tokens)
         with torch.no_grad():
-            for ids, p in zip(input_ids, prompt_lens):
-                x = torch.tensor([list(ids)], device=self.device)
-                lp = self.model(x).logits[0].float().log_softmax(-1)
-                tgt = x[0, p:]
-                out.append(lp[p - 1:len(ids) - 1].gather(1, tgt[:, None])[:, 0].tolist())
+            for g in groups:
+                width = max(len(input_ids[i]) for i in g)
+                x = torch.zeros(len(g), width, dtype=torch.long)
+                att = torch.zeros(len(g), width, dtype=torch.long)
+                for j, i in enumerate(g):
+                    x[j, :len(input_ids[i])] = torch.tensor(list(input_ids[i]))
+                    att[j, :len(input_ids[i])] = 1
+                x, att = x.to(self.device), att.to(self.device)
+                lp = self.model(input_ids=x, attention_mask=att).logits.float().log_softmax(-1)
+                tok = lp[:, :-1].gather(2, x[:, 1:, None])[..., 0]
+                for j, i in enumerate(g):
+                    out[i] = tok[j, prompt_lens[i] - 1:len(input_ids[i]) - 1].tolist()
         return out
