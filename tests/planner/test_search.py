@@ -83,3 +83,21 @@ def test_split_search_detects_non_unimodal_and_scans():
     best, unimodal, method, calls = search_split(lambda r: vals[r], list(range(n)))
     assert not unimodal and method == "scan"
     assert calls < n
+
+
+def test_reference_tp_follows_engine_tp_choices():
+    """An executor that runs inference engines at TP 1 only gets a TP-1 reference even when
+    the trainer uses TP 2 (regression: `yatt run` refused such plans)."""
+    from pathlib import Path
+
+    from yatt.core.config import load_experiment
+    from yatt.core.roles import Role
+    from yatt.planner.search import _Evaluator
+    exp = load_experiment(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml")
+    cost = AnalyticCostModel.for_experiment(exp)
+    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
+    ev = _Evaluator(exp, cost)
+    plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2))
+    assert plan.placement(Role.TRAINER).tp == 2 and plan.placement(Role.REFERENCE).tp == 1
+    exp2 = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1, 2)))
+    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2)).placement(Role.REFERENCE).tp == 2

@@ -16,6 +16,7 @@ from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource
 
 def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[int] = None,
               rollout_tp: int = 1, genrm_tp: int = 1, trainer_tp: int = 1,
+              reference_tp: Optional[int] = None,
               balance: Optional[BalancePolicy] = None, balance_cost: Optional[BalanceCost] = None,
               release: Optional[ReleasePolicy] = None, controllers: Optional[int] = None) -> Plan:
     """A Plan for `mode` on the whole cluster.
@@ -23,7 +24,9 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     colocate: every role on every device. partial: rollout on the first `rollout_devices`
     devices, GenRM on the rest; trainer and reference always on every device.
     `rollout_devices` defaults to half the cluster in partial (ignored in colocate).
-    Policies default to the experiment's SearchSpec. Raises InputError for an invalid split.
+    The reference (an inference-only copy of the actor) uses `reference_tp`, by default the
+    trainer's TP. Policies default to the experiment's SearchSpec. Raises InputError for an
+    invalid split.
     """
     n = experiment.cluster.num_gpus
     everything = tuple(range(n))
@@ -41,7 +44,8 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     if has_genrm:
         places.append(RolePlacement(Role.GENRM, genrm, tp=genrm_tp))
     if experiment.algo.use_reference:
-        places.append(RolePlacement(Role.REFERENCE, everything, tp=trainer_tp))
+        places.append(RolePlacement(Role.REFERENCE, everything,
+                                    tp=trainer_tp if reference_tp is None else reference_tp))
     s = experiment.search
     return Plan(mode=mode, placements=tuple(places), experiment=experiment,
                 balance=s.balance if balance is None else balance,

@@ -109,8 +109,11 @@ class _Evaluator:
 
     def plan(self, key: Key) -> Plan:
         mode, r, rtp, gtp, ttp = key
+        # The reference is an inference engine for the actor: the trainer's TP when the
+        # engine TP choices allow it (the executor may restrict them), else the rollout's.
+        ref_tp = ttp if ttp in self.exp.search.engine_tps else rtp
         return make_plan(self.exp, mode, rollout_devices=r or None, rollout_tp=rtp,
-                         genrm_tp=gtp, trainer_tp=ttp)
+                         genrm_tp=gtp, trainer_tp=ttp, reference_tp=ref_tp)
 
     def __call__(self, key: Key) -> float:
         if key not in self.cache:
