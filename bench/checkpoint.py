@@ -14,9 +14,10 @@ optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
                the default is every 10 steps or 30 minutes, i.e. a tenth of it)
   snapshot_s   the per-step in-memory snapshot fault recovery uses (not a checkpoint)
 
-Workload: configs/demo-learn.yaml's actor and workload (128 samples/step), colocate, engines
-resident. `--config` picks another experiment. Writes bench/results/checkpoint.json.
-Usage: .venv/bin/python bench/checkpoint.py [--steps 8] [--config configs/demo-learn.yaml]
+Workloads: configs/demo-learn.yaml (128 samples/step, ~0.6 s steps: the worst case for a
+fixed per-checkpoint cost; the top-level numbers) and, under "also", configs/fidelity/wide.yaml
+(longer steps), colocate, engines resident. Writes bench/results/checkpoint.json.
+Usage: .venv/bin/python bench/checkpoint.py [--steps 8] [--config C] [--also C2|'']
 """
 from __future__ import annotations
 
@@ -40,20 +41,15 @@ def _col(run_dir: Path, name: str, first: int = 2) -> list[float]:
     return [float(r[name]) for r in rows if int(r["step"]) >= first and r.get(name) not in ("", None)]
 
 
-def main() -> dict:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=8)
-    ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "checkpoint.json"))
-    args = ap.parse_args()
-
+def measure(config: str, steps: int) -> dict:
+    """The three runs (none / async / sync) of one experiment, side by side."""
     from yatt.core.config import load_experiment
     from yatt.core.roles import Mode, ReleasePolicy
     from yatt.exec.demo_plans import demo_plan
     from yatt.exec.env import ensure_ray
     from yatt.exec.runner import run_plan
 
-    exp = load_experiment(args.config)
+    exp = load_experiment(config)
     base = demo_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
     ensure_ray(base.cluster.num_gpus)
     root = Path(tempfile.mkdtemp(prefix="yatt-ckpt-bench-"))
@@ -65,7 +61,7 @@ def main() -> dict:
         plan = dataclasses.replace(base, experiment=dataclasses.replace(exp, checkpoint=ck))
         load[name] = os.getloadavg()[0]
         t = time.time()
-        run_plan(plan, steps=args.steps, out_dir=root / name, seed=0, progress=False,
+        run_plan(plan, steps=steps, out_dir=root / name, seed=0, progress=False,
                  log=lambda m: None)
         runs[name] = {"wall_s": round(time.time() - t, 1),
                       "step_s": round(statistics.median(_col(root / name, "step_s")), 4),
@@ -77,20 +73,34 @@ def main() -> dict:
             runs[name]["checkpoint_mb"] = round(
                 sum(p.stat().st_size for p in ck_dir.rglob("*") if p.is_file()) / 2**20, 2)
     step_s = runs["none"]["step_s"]
-    out = {"step_s": step_s, "stall_s": runs["async"]["stall_s"],
-           "stall_ratio": round(runs["async"]["stall_s"] / step_s, 4),
-           "sync_stall_s": runs["sync"]["stall_s"],
-           "sync_stall_ratio": round(runs["sync"]["stall_s"] / step_s, 4),
-           "snapshot_s": runs["none"]["snapshot_s"],
-           "snapshot_ratio": round(runs["none"]["snapshot_s"] / step_s, 4),
-           "checkpoint_every_steps": 1, "steps": args.steps, "config": os.path.relpath(args.config, ROOT),
-           "plan": base.describe(), "runs": runs,
-           "load_avg_at_start": {k: round(v, 2) for k, v in load.items()},
-           "machine": "2 shared cores, CPU only, one thread per device"}
+    return {"step_s": step_s, "stall_s": runs["async"]["stall_s"],
+            "stall_ratio": round(runs["async"]["stall_s"] / step_s, 4),
+            "sync_stall_s": runs["sync"]["stall_s"],
+            "sync_stall_ratio": round(runs["sync"]["stall_s"] / step_s, 4),
+            "snapshot_s": runs["none"]["snapshot_s"],
+            "snapshot_ratio": round(runs["none"]["snapshot_s"] / step_s, 4),
+            "checkpoint_every_steps": 1, "steps": steps,
+            "config": os.path.relpath(config, ROOT), "plan": base.describe(), "runs": runs,
+            "load_avg_at_start": {k: round(v, 2) for k, v in load.items()}}
+
+
+def main() -> dict:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
+    ap.add_argument("--also", default=str(ROOT / "configs" / "fidelity" / "wide.yaml"),
+                    help="a second experiment with longer steps ('' to skip)")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "checkpoint.json"))
+    args = ap.parse_args()
+    out = measure(args.config, args.steps)
+    if args.also:
+        out["also"] = measure(args.also, max(4, args.steps // 2))
+    out["machine"] = "2 shared cores, CPU only, one thread per device"
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
-    print(f"checkpoint: step {step_s:.3f} s, async stall {out['stall_s']:.3f} s "
-          f"({out['stall_ratio'] * 100:.1f}%), sync stall {out['sync_stall_s']:.3f} s "
-          f"({out['sync_stall_ratio'] * 100:.1f}%), snapshot {out['snapshot_s']:.3f} s -> {args.out}")
+    for o in [out] + ([out["also"]] if "also" in out else []):
+        print(f"checkpoint {o['config']}: step {o['step_s']:.3f} s, async stall {o['stall_s']:.3f} s "
+              f"({o['stall_ratio'] * 100:.1f}%), sync stall {o['sync_stall_s']:.3f} s "
+              f"({o['sync_stall_ratio'] * 100:.1f}%), snapshot {o['snapshot_s']:.3f} s")
     return out
 
 

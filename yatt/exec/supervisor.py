@@ -149,23 +149,34 @@ class Supervisor:
 
     # ---- checkpoints -----------------------------------------------------------------
     def save(self, step: int) -> None:
-        """Start a checkpoint of the state after `step` (trainer write is asynchronous)."""
+        """Start a checkpoint of the state after `step`. The trainer's write is asynchronous
+        (megatron's writer process); the driver's part (state.json, the trace so far, and
+        later the manifest + rename) runs on one background thread, in order."""
+        import copy
+
         part = ckpt.partial_dir(self.out, step)
         if part.exists():
             import shutil
             shutil.rmtree(part)
+        part.mkdir(parents=True)
         done = step + 1
-        ckpt.write_state(part, {
+        state = {
             "step": step, "next_step": done, "total_steps": self.total_steps,
             "seed": self.rec.seed, "data_position": {"next_step": done, "round": 0},
             "controllers": {"count": self.ctl.count,
                             "note": "per-step state only: prompts/seeds derive from (seed, step, round)"},
-            "run": {"restarts": self.counters.restarts, "rollbacks": self.counters.rollbacks,
-                    "nonfinite_streak": self.counters.nonfinite_streak,
-                    "faults": self.counters.faults},
+            "run": copy.deepcopy({"restarts": self.counters.restarts,
+                                  "rollbacks": self.counters.rollbacks,
+                                  "nonfinite_streak": self.counters.nonfinite_streak,
+                                  "faults": self.counters.faults}),
             "trace_end_s": max((s.end_s for s in self.rec.spans), default=0.0),
-            "metrics": self.rec.metrics, "extra": self.rec.extra})
-        self.rec.trace(done).write_jsonl(part / ckpt.TRACE)
+            "metrics": [dict(m) for m in self.rec.metrics], "extra": copy.deepcopy(self.rec.extra)}
+        trace = self.rec.trace(done)            # immutable records: a consistent copy
+
+        def write() -> None:
+            ckpt.write_state(part, state)
+            trace.write_jsonl(part / ckpt.TRACE)
+        self._background(write)
         tdir = str(part / ckpt.TRAINER)
         get_all([w.save_checkpoint.remote(tdir, self.spec.async_save)
                  for w in self.actors.trainers])
@@ -174,24 +185,47 @@ class Supervisor:
         if not self.spec.async_save:
             self._seal(tdir)
 
+    def _background(self, fn: Callable[[], None]) -> None:
+        """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
+        are written before it is sealed). Errors surface at the next `_drain`."""
+        from concurrent.futures import ThreadPoolExecutor
+        if getattr(self, "_io", None) is None:
+            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yatt-ckpt")
+            self._io_jobs: list = []
+        self._io_jobs.append(self._io.submit(fn))
+
+    def _drain(self) -> None:
+        """Wait for the background checkpoint I/O; re-raise its first error."""
+        jobs, self._io_jobs = getattr(self, "_io_jobs", []), []
+        for j in jobs:
+            j.result()
+
     def poll(self, blocking: bool) -> None:
         if not self.pending:
             return
         outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
         for tdir in outs[0]:
             self._seal(tdir)
+        if blocking:
+            self._drain()
 
     def _seal(self, tdir: str) -> None:
         step = self.pending.pop(tdir)
-        final = ckpt.commit(self.out, step, self.spec.keep_last)
-        self.saved_steps.append(step)
-        self.log(f"checkpoint {final} sealed")
-        self.rec.extra["checkpoints"] = [d.name for _, d in ckpt.complete(self.out)]
-        self.rec.extra["last_checkpoint"] = final.name
+
+        def seal() -> None:
+            final = ckpt.commit(self.out, step, self.spec.keep_last)
+            self.saved_steps.append(step)
+            self.log(f"checkpoint {final} sealed")
+        self._background(seal)
 
     def finish(self) -> None:
         """Wait for in-flight checkpoint writes and seal them (end of run)."""
         self.poll(blocking=True)
+        self._drain()
+        done = ckpt.complete(self.out)
+        if done:   # the recorder's extra is only touched from the driver's main thread
+            self.rec.extra["checkpoints"] = [d.name for _, d in done]
+            self.rec.extra["last_checkpoint"] = done[-1][1].name
 
     # ---- faults ----------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
