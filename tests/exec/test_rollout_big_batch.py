@@ -24,7 +24,9 @@ def _run(core, reqs):
     return out
 
 
-def test_prefill_over_the_token_budget_generates_and_is_batch_invariant(actor_path):
+def _check(actor_path: str) -> None:
+    """The test body; runs in a spawned process so vLLM's process-global distributed state
+    never enters the pytest process (later in-process engines and trainers would trip on it)."""
     from yatt.exec.env import apply_local_env
     from yatt.exec.rollout import EngineConfig, EngineCore, GenRequest, Release
 
@@ -45,3 +47,10 @@ def test_prefill_over_the_token_budget_generates_and_is_batch_invariant(actor_pa
         assert all(alone[k] == together[k] for k in alone)
     finally:
         core.stop()
+
+
+def test_prefill_over_the_token_budget_generates_and_is_batch_invariant(actor_path):
+    import multiprocessing as mp
+
+    with mp.get_context("spawn").Pool(1) as pool:
+        pool.apply(_check, (str(actor_path),))

@@ -62,6 +62,12 @@ def test_sum_max_linear_exact(a1, b1, a2, b2, k):
     assert abs(_sum_max_linear(a1, b1, a2, b2, k) - ref) <= 1e-6 * max(1.0, abs(ref))
 
 
+def test_sum_max_linear_nearly_parallel_lines():
+    """Slopes differing by a subnormal amount put the crossover at infinity (CI found it)."""
+    assert _sum_max_linear(1.0, 5e-324, 0.0, 0.0, 3) == 3.0
+    assert _sum_max_linear(0.0, 5e-324, 1.0, 0.0, 3) == 3.0
+
+
 def test_decode_is_memory_bound_at_small_batch_and_compute_bound_at_large():
     c = cm()
     m = catalog.model("Qwen2.5-7B")

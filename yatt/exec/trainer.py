@@ -7,7 +7,8 @@ runs per rank and owns its process group, so Ray actors (or plain processes) can
 Data contract: every rank receives its DP rank's `TrainBatch`; the TP ranks of one DP
 group must receive the *same* batch (they compute one model together). All public
 methods are collectives: every rank must call them in the same order.
-The loss is a token mean over *all* DP ranks' response tokens.
+The loss is a token mean over *all* DP ranks' response tokens. Snapshots and checkpoints
+of a rank's whole state live in `trainer_state.TrainerState`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from yatt.core.specs import KLEstimator, ModelSpec
 from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
                    group_consecutive, micro_batches_by_length, ppo_clip_loss, total_token_loss)
+from .trainer_state import TrainerState
 
 
 @dataclass(frozen=True)
@@ -57,7 +59,7 @@ def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[
     return group_consecutive(lengths, lambda count, longest: count * longest <= micro_batch_tokens)
 
 
-class MegatronTrainer:
+class MegatronTrainer(TrainerState):
     """One rank of actor training. See module docstring for the collective contract."""
 
     def __init__(self, spec: ModelSpec, hf_path: str, *, tp: int, dp: int, rank: int,
@@ -347,166 +349,9 @@ class MegatronTrainer:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
-    # ---------------------------------------------------------------- state & checkpoints
-    def _rng_state(self) -> dict:
-        import random
-
-        import numpy as np
-        from megatron.core import tensor_parallel
-        st = {"torch": torch.get_rng_state(), "python": random.getstate(),
-              "numpy": np.random.get_state()}
-        try:
-            st["tracker"] = tensor_parallel.get_cuda_rng_tracker().get_states()
-        except Exception:  # no tracker states on this build: nothing else draws from it
-            pass
-        if torch.cuda.is_available() and self.device.type == "cuda":
-            st["cuda"] = torch.cuda.get_rng_state()
-        return st
-
-    def _set_rng_state(self, st: dict) -> None:
-        import random
-
-        import numpy as np
-        from megatron.core import tensor_parallel
-        torch.set_rng_state(st["torch"])
-        random.setstate(st["python"])
-        np.random.set_state(st["numpy"])
-        if "tracker" in st:
-            tensor_parallel.get_cuda_rng_tracker().set_states(st["tracker"])
-        if "cuda" in st and torch.cuda.is_available():
-            torch.cuda.set_rng_state(st["cuda"])
-
-    @megatron_shim.on_any_thread
-    def snapshot(self) -> dict:
-        """This rank's complete training state in host memory (weights, optimizer, RNG,
-        counters): what fault recovery and NaN rollback restore."""
-        import copy
-        return {"model": {k: (v.detach().cpu().clone() if torch.is_tensor(v) else copy.deepcopy(v))
-                          for k, v in self.model.state_dict().items()},
-                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
-                "rng": self._rng_state(), "steps": self.steps,
-                "nonfinite_steps": self.nonfinite_steps}
-
-    @megatron_shim.on_any_thread
-    def restore(self, snap: dict) -> None:
-        """Put this rank back to a `snapshot()` (not a collective)."""
-        self.model.load_state_dict(snap["model"], strict=True)
-        self.optimizer.load_state_dict(snap["optimizer"])
-        self.optimizer.zero_grad()
-        self.ddp.zero_grad_buffer()
-        self._set_rng_state(snap["rng"])
-        self.steps, self.nonfinite_steps = snap["steps"], snap["nonfinite_steps"]
-
-    def _sharded_state(self, loading: bool = False, rng: bool = True) -> dict:
-        """Model + optimizer (sharded: reloadable at another TP size), per-rank RNG (only
-        meaningful at the same world size) and counters (common, saved by rank 0)."""
-        from megatron.core.dist_checkpointing.mapping import ShardedObject
-        msd = self.model.sharded_state_dict(prefix="")
-        sd = {"model": msd,
-              "optimizer": self.optimizer.sharded_state_dict(msd, is_loading=loading),
-              "counters": {"steps": self.steps, "nonfinite_steps": self.nonfinite_steps,
-                           "world": self.world}}
-        if rng:
-            sd["rng"] = ShardedObject("rng_state", self._rng_state(), (self.world,),
-                                      (self.rank,), replica_id=0)
-        return sd
-
-    @megatron_shim.on_any_thread
-    def save_checkpoint(self, ckpt_dir: str, async_save: bool = False,
-                        optimizer: bool = True) -> float:
-        """Save through `dist_checkpointing` (collective; resharding-capable): model and,
-        by default, optimizer state, per-rank RNG and step counters.
-
-        `async_save`: only the planning runs here; the write runs in a forked process
-        (megatron's async strategy) while training goes on; `poll_checkpoints` finalises
-        it. Returns the seconds this call blocked (the training stall)."""
-        from megatron.core import dist_checkpointing
-        t0 = time.perf_counter()
-        os.makedirs(ckpt_dir, exist_ok=True)
-        sd = self._sharded_state() if optimizer else {"model": self.model.sharded_state_dict(prefix="")}
-        if not async_save:
-            dist_checkpointing.save(sd, ckpt_dir)
-            return time.perf_counter() - t0
-        from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
-        from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
-        if self._ckpt_queue is None:
-            self._ckpt_queue = AsyncCallsQueue()
-            # One writer per rank; the save plan (a collective) is computed once and reused
-            # while the state's structure stays the same: most of the stall is that plan.
-            self._ckpt_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1,
-                                                               cached_metadata=True)
-        req = dist_checkpointing.save(sd, ckpt_dir, sharded_strategy=self._ckpt_strategy,
-                                      async_sharded_save=True)
-        self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
-        return time.perf_counter() - t0
-
-    @megatron_shim.on_any_thread
-    def poll_checkpoints(self, blocking: bool = False) -> list[str]:
-        """Finalise finished asynchronous saves (collective; call on every rank together);
-        returns their directories, oldest first. `blocking` waits for all of them."""
-        if self._ckpt_queue is None or not self._ckpt_pending:
-            return []
-        if not blocking:
-            # megatron asks `Process.is_alive()`, which never turns False where SIGCHLD is
-            # ignored (Ray workers: the kernel reaps the writer, waitpid fails, multiprocessing
-            # reports "alive"). So: did this rank's oldest writer exit? then agree over ranks.
-            busy = torch.tensor([0.0 if _writer_exited(self._ckpt_queue) else 1.0])
-            torch.distributed.all_reduce(busy, op=torch.distributed.ReduceOp.MAX)
-            if busy.item() > 0:
-                return []
-        done = self._ckpt_queue.maybe_finalize_async_calls(blocking=True)
-        return [self._ckpt_pending.pop(i) for i in done]
-
-    @staticmethod
-    def prewarm_async_checkpointing() -> None:
-        """Start megatron's writer result queue (a spawned manager process, ~2-5 s) now, so
-        the first asynchronous save does not stall training for it."""
-        from megatron.core.dist_checkpointing.strategies import filesystem_async
-        filesystem_async._get_write_results_queue()
-
-    @megatron_shim.on_any_thread
-    def load_checkpoint(self, ckpt_dir: str, optimizer: Optional[bool] = None) -> None:
-        """Load a `save_checkpoint` directory (any TP size) into this rank. `optimizer`:
-        also restore optimizer state, RNG and counters (default: if the checkpoint has them)."""
-        from megatron.core import dist_checkpointing
-        counters = _saved_counters(ckpt_dir)
-        if optimizer is None:
-            optimizer = counters is not None
-        same_world = counters is not None and counters.get("world") == self.world
-        if optimizer:
-            sd = dist_checkpointing.load(self._sharded_state(loading=True, rng=same_world), ckpt_dir)
-        else:
-            sd = dist_checkpointing.load({"model": self.model.sharded_state_dict(prefix="")}, ckpt_dir)
-        self.model.load_state_dict(sd["model"], strict=False)
-        if optimizer:
-            self.optimizer.load_state_dict(sd["optimizer"])
-            if same_world:   # RNG streams are per rank; at another world size they restart
-                rng = sd["rng"]
-                self._set_rng_state(rng[0] if isinstance(rng, list) else rng)
-            self.steps = int(sd["counters"]["steps"])
-            self.nonfinite_steps = int(sd["counters"]["nonfinite_steps"])
-        else:
-            self.optimizer.reload_model_params()
-
     def shutdown(self) -> None:
         """Tear down model-parallel state and the process group (idempotent)."""
         from megatron.core import parallel_state as ps
         ps.destroy_model_parallel()
         if torch.distributed.is_initialized():
             torch.distributed.destroy_process_group()
-
-
-def _saved_counters(ckpt_dir: str) -> Optional[dict]:
-    """The step counters saved with optimizer state (None for a weights-only checkpoint)."""
-    common = os.path.join(ckpt_dir, "common.pt")
-    if not os.path.exists(common):
-        return None
-    return torch.load(common, weights_only=False).get("counters")
-
-
-def _writer_exited(queue) -> bool:
-    """Whether the oldest asynchronous checkpoint writer process of `queue` has exited."""
-    proc = getattr(queue.async_calls[0].async_caller, "process", None) if queue.async_calls else None
-    if proc is None:
-        return True
-    return not proc.is_alive() or not os.path.exists(f"/proc/{proc.pid}")

@@ -75,8 +75,8 @@ def _sum_max_linear(a1: float, b1: float, a2: float, b2: float, k: int) -> float
     if b1 < b2:  # make f1 the steeper line
         a1, b1, a2, b2 = a2, b2, a1, b1
     # f1 - f2 grows with i; it is >= 0 from i >= x on, with x the crossover point.
-    x = (a2 - a1) / (b1 - b2)
-    cut = min(k, max(0, math.ceil(x)))
+    x = (a2 - a1) / (b1 - b2)   # +-inf when the slopes differ by a subnormal amount
+    cut = k if x >= k else (0 if x <= 0 else math.ceil(x))
     return lin(a2, b2, 0, cut) + lin(a1, b1, cut, k)
 
 
