@@ -8,7 +8,7 @@ Each seed is a full `run_plan` of configs/demo-learn.yaml (one Ray session for a
 (one step's accuracy is a 128-sample estimate, +-0.04, so single steps are too noisy to
 compare). Also measured, before the runs: the GenRM's agreement with the exact checker on a
 balanced correct/near-miss set and on the SFT actor's own T=1 rollouts
-(`demo_prep.generated_agreement`, `demo_prep.rollout_agreement`).
+(`demo_eval.generated_agreement`, `demo_eval.rollout_agreement`).
 """
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def main() -> int:
     actor = json.loads((resolve_model(exp.actor) / "yatt_demo.json").read_text())["report"]
     agreement = {}
     if a.reward == "genrm":
-        from yatt.exec.demo_prep import generated_agreement, rollout_agreement
+        from yatt.exec.demo_eval import generated_agreement, rollout_agreement
         agreement = {"balanced_near_miss": generated_agreement(resolve_model(exp.genrm)),
                      "actor_rollouts": rollout_agreement(resolve_model(exp.actor),
                                                          resolve_model(exp.genrm))}

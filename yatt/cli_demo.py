@@ -54,7 +54,7 @@ def prepare_command(args: argparse.Namespace) -> int:
                   f"token by token: {rep.genrm_agreement:.3f}; on correct answers "
                   f"{rep.genrm_agreement_on_correct:.3f}, on wrong ones "
                   f"{rep.genrm_agreement_on_wrong:.3f})")
-    from yatt.exec.demo_prep import generated_agreement
+    from yatt.exec.demo_eval import generated_agreement
     gen = generated_agreement(rep.genrm_dir)
     console.print(f"genrm as used in a run (greedy generation + ScoreParser, {gen['pairs']} "
                   f"fresh pairs): agreement {gen['agreement']:.3f} (correct answers "

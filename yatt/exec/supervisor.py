@@ -93,7 +93,6 @@ class Supervisor:
         self.counters = Counters()
         self.snaps: list = []
         self.pending: dict[str, int] = {}       # trainer dir being written -> step
-        self.saved_steps: list[int] = []
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -214,7 +213,6 @@ class Supervisor:
 
         def seal() -> None:
             final = ckpt.commit(self.out, step, self.spec.keep_last)
-            self.saved_steps.append(step)
             self.log(f"checkpoint {final} sealed")
         self._background(seal)
 
