@@ -93,6 +93,9 @@ class Supervisor:
         self.counters = Counters()
         self.snaps: list = []
         self.pending: dict[str, int] = {}       # trainer dir being written -> step
+        self._io = None                          # driver-side checkpoint I/O thread (lazy)
+        self._io_jobs: list = []
+        self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -188,14 +191,13 @@ class Supervisor:
         """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
         are written before it is sealed). Errors surface at the next `_drain`."""
         from concurrent.futures import ThreadPoolExecutor
-        if getattr(self, "_io", None) is None:
+        if self._io is None:
             self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yatt-ckpt")
-            self._io_jobs: list = []
         self._io_jobs.append(self._io.submit(fn))
 
     def _drain(self) -> None:
         """Wait for the background checkpoint I/O; re-raise its first error."""
-        jobs, self._io_jobs = getattr(self, "_io_jobs", []), []
+        jobs, self._io_jobs = self._io_jobs, []
         for j in jobs:
             j.result()
 
@@ -267,7 +269,7 @@ class Supervisor:
         import ray
 
         role, dead = self._role_of(e), getattr(e, "actor_id", None)
-        if not is_actor_fault(e) and getattr(self, "_dead", None):
+        if not is_actor_fault(e) and self._dead:
             role, dead = self._dead
         self._dead = None
         self.counters.restarts += 1
