@@ -108,9 +108,11 @@ def _plan(name: str, mode, profile):
     from yatt.planner.profiled import cost_model_for
     from yatt.planner.search import search
 
+    from yatt.planner.profiled import experiment_for
+
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
     s = dataclasses.replace(exp.search, engine_tp_choices=(1,), modes=(mode,))
-    exp = dataclasses.replace(exp, search=s)
+    exp = experiment_for(dataclasses.replace(exp, search=s), profile)  # + measured stop lengths
     cost = cost_model_for(exp, profile)
     return exp, cost, search(exp, cost, top=1).best.plan
 
@@ -164,6 +166,10 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     exp, cost, plan = _plan(name, mode, profile)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
     pred_step = _median_steps(sim.step_times(), 1)
+    # the same prediction without the stop-length (EOS) model: every response at its budget
+    no_stop = dataclasses.replace(exp.workload, stop_len=None)
+    budget_step = _median_steps(simulate(plan, no_stop, cost, seed=seed, steps=steps).step_times(), 1)
+    sim_resp = [int(x.response_tokens) for x in sim.samples if x.step >= 1]
     out = RUNS / f"{name}-{mode.value}"
     t0 = time.time()
     load0 = os.getloadavg()[0]
@@ -198,10 +204,13 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "measured_mean_step_s": round(meas_mean, 4),
             "mean_err": round(_rel(_mean_steps(sim.step_times(), 1), meas_mean), 4),
             "err": round(_rel(pred_step, meas_step), 4),
+            "budget_only_step_s": round(budget_step, 4),
+            "budget_only_err": round(_rel(budget_step, meas_step), 4),
             "replay_err": round(_rel(_median_steps(rep.predicted.step_times(), 1), meas_step), 4),
             "measured_steps_s": {str(k): round(v, 3) for k, v in sorted(trace.step_times().items())},
             "response_tokens_mean": round(statistics.fmean(resp), 2) if resp else 0.0,
             "response_budget_mean": round(budget, 2),
+            "response_predicted_mean": round(statistics.fmean(sim_resp), 2) if sim_resp else 0.0,
             "startup_s": trace.meta.extra.get("startup_s"), "run_wall_s": round(wall, 1),
             "load_avg": None if reuse else round((load0 + os.getloadavg()[0]) / 2, 2),
             "phases": phases}
@@ -212,8 +221,11 @@ def planner_choice(name: str, profile) -> str:
     from yatt.planner.profiled import cost_model_for
     from yatt.planner.search import search
 
+    from yatt.planner.profiled import experiment_for
+
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
     exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
+    exp = experiment_for(exp, profile)
     return search(exp, cost_model_for(exp, profile), top=1).best.plan.mode.value
 
 

@@ -223,9 +223,10 @@ def run_plan_command(args: argparse.Namespace) -> int:
     exp = load_experiment(config)
     if args.top < 1:
         raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
-    from yatt.planner.profiled import cost_model_for
+    from yatt.planner.profiled import cost_model_for, experiment_for
 
     profile = _profile(args.profile)
+    exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = cost_model_for(exp, profile)
     console = Console(width=max(Console().width, 140))

@@ -123,7 +123,7 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
 
 def run_command(args: argparse.Namespace) -> int:
     from yatt.cli_plan import _profile
-    from yatt.planner.profiled import cost_model_for, shipped_profile
+    from yatt.planner.profiled import cost_model_for, experiment_for, shipped_profile
 
     args.steps_given = args.steps is not None
     args.steps = 2 if args.steps is None else args.steps
@@ -140,6 +140,8 @@ def run_command(args: argparse.Namespace) -> int:
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
     console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    if not is_plan_file(src):
+        exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)
     if is_plan_file(src):
         plan = load_plan(src)

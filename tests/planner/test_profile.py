@@ -33,8 +33,11 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     actor, genrm = t.models["tiny-actor"], t.models["tiny-genrm"]
     assert len(actor.train) == 3 and all(x > 0 for _, _, x in actor.train)
     assert actor.engine.start_s > 0 and actor.engine.stop_s >= 0 and actor.weight_sync_s > 0
-    assert genrm.engine is not None and len(genrm.engine.decode) == 3
+    # where the actor's responses end with EOS allowed (the demo budget is the cap)
     exp = load_experiment(DEMO)
+    assert len(actor.stop_len) == 8 and actor.stop_cap == exp.workload.response_len.upper()
+    assert all(0 <= n <= actor.stop_cap for n in actor.stop_len)
+    assert genrm.engine is not None and len(genrm.engine.decode) == 3
     cost = cost_model_for(exp, prof)
     assert isinstance(cost, ProfiledCostModel)
     par = Parallel(1, 1, 1)

@@ -2,6 +2,7 @@
 compatibility, the cost-model factory, and the CLI wiring (--profile)."""
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -13,10 +14,12 @@ from yatt.core.costmodel import CostModel
 from yatt.core.errors import InputError
 from yatt.core.plan import Parallel
 from yatt.core.roles import ReleasePolicy, Role
+from yatt.core.specs import DistKind, LengthDist
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.profile_io import (EngineTable, ModelTables, Profile, ProfileTables,
                                      load_profile, save_profile)
-from yatt.planner.profiled import ProfiledCostModel, cost_model_for, shipped_profile
+from yatt.planner.profiled import (ProfiledCostModel, cost_model_for, experiment_for,
+                                   shipped_profile)
 
 ROOT = Path(__file__).resolve().parents[2]
 DEMO = ROOT / "configs" / "demo-cpu.yaml"
@@ -124,6 +127,8 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {device: tpu}", "device"),
     ("tables: {models: {m: {train: [[1, 16, -1.0]]}}}", "train[0]"),
     ("tables: {models: {m: {engine: {start_s: 1}}}}", "stop_s"),
+    ("tables: {models: {m: {stop_len: [3, 90], stop_cap: 64}}}", "stop_len[1]"),
+    ("tables: {models: {m: {stop_len: [3]}}}", "stop_len[0]"),
 ])
 def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, body, needle):
     bad = tmp_path / "bad.yaml"
@@ -235,3 +240,46 @@ def test_weight_sync_adds_the_object_store_transfer(exp):
     with pytest.raises(InputError) as e:
         replace(t, transfer=((0.0, 0.01),))
     assert "transfer[0]" in str(e.value)
+
+
+def _with_stops(stops, cap):
+    t = _tables()
+    m = dict(t.models)
+    m["tiny-actor"] = dataclasses.replace(m["tiny-actor"], stop_len=tuple(stops), stop_cap=cap)
+    return Profile(tables=dataclasses.replace(t, models=m))
+
+
+def test_experiment_for_uses_the_measured_stop_lengths(exp):
+    prof = _with_stops([2, 3, 3, 5, 64], 64)
+    got = experiment_for(exp, prof).workload.stop_len
+    assert got is not None and got.kind is DistKind.EMPIRICAL and got.values == (2, 3, 3, 5, 64)
+    assert got.max == 64
+    # an explicit stop_len in the config wins; no measurement leaves the experiment alone
+    mine = LengthDist(DistKind.CONST, 7)
+    explicit = dataclasses.replace(exp, workload=dataclasses.replace(exp.workload, stop_len=mine))
+    assert experiment_for(explicit, prof).workload.stop_len == mine
+    assert experiment_for(exp, Profile(tables=_tables())) is exp
+    assert experiment_for(exp, None) is exp
+
+
+def test_measured_stop_lengths_shorten_the_predicted_step(exp, cost):
+    """Responses that end at EOS long before their budget make a shorter predicted step:
+    the simulated lengths are min(budget, stop)."""
+    from yatt.planner.search import search
+    from yatt.sim.simulate import simulate
+
+    budgeted = dataclasses.replace(exp, workload=dataclasses.replace(
+        exp.workload, response_len=LengthDist(DistKind.CONST, 64)))
+    short = experiment_for(budgeted, _with_stops([2, 3, 4], 64))
+    plan = search(budgeted, cost, top=1).best.plan
+    full = simulate(plan, budgeted.workload, cost, seed=0, steps=2)
+    cut = simulate(plan, short.workload, cost, seed=0, steps=2)
+    assert {s.response_tokens for s in full.samples} == {64}
+    assert {s.response_tokens for s in cut.samples} <= {2, 3, 4}
+    assert max(cut.step_times().values()) < min(full.step_times().values())
+
+
+def test_stop_lengths_round_trip_in_profile_files(tmp_path):
+    p = _with_stops([1, 9, 64], 64)
+    save_profile(p, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == p

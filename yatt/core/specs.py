@@ -206,6 +206,11 @@ class Workload:
     samples_per_prompt: int = spec_field(ge=1)
     prompt_len: LengthDist = LengthDist(DistKind.CONST, 256)
     response_len: LengthDist = LengthDist(DistKind.CONST, 512)
+    # The policy's own length: where a response ends with EOS unless its budget
+    # (`response_len`, the engine's max_tokens) ends it first, so a response is
+    # min(budget, stop). None: every response runs to its budget. `yatt profile` measures
+    # it for the actor on the config's task (the planner uses that when this is unset).
+    stop_len: Optional[LengthDist] = None
     genrm_template_tokens: int = spec_field(64, ge=0, help="judging-prompt overhead per sample")
     genrm_output_len: LengthDist = LengthDist(DistKind.CONST, 64)
     dynamic_sampling: bool = False

@@ -10,7 +10,11 @@ environment settings (`env.apply_local_env`). This module imports core only at i
 time; torch/vllm/megatron are imported inside the functions.
 
 Results are plain tuples of numbers; `yatt.planner.profile` turns them into tables.
-Timings are medians over `reps` repetitions after one untimed warm-up.
+Timings are medians over `reps` repetitions after one untimed warm-up. With `passes` > 1
+every point is measured once per pass over the whole point list and the median is taken
+over passes: a shared VM's vCPUs flip between a fast and a ~1.45x slower state every few
+seconds (bench/results/host_speed.json), and back-to-back repetitions of one point can all
+land in the rarer fast state.
 
 GPU (`device="cuda"`): the same calls with `cpu=False` engines and a CUDA trainer. That path
 is written but UNTESTED here (this project's CI has no GPU); it is marked `# GPU path`.
@@ -111,14 +115,25 @@ class TrainBench:
         self.trainer.shutdown()
 
 
+def over_passes(points: Sequence, measure: Callable, passes: int) -> list[float]:
+    """measure(point) for every point, `passes` times over the whole list (spread in time);
+    per point the median over passes."""
+    got: list[list[float]] = [[] for _ in points]
+    for _ in range(max(1, passes)):
+        for i, p in enumerate(points):
+            got[i].append(measure(p))
+    return [_median(x) for x in got]
+
+
 def logprob_times(hf_path: str, device: str, points: Sequence[tuple[int, int]], vocab: int,
-                  reps: int, rng, tick: Tick) -> list[tuple[int, int, float]]:
+                  reps: int, rng, tick: Tick, passes: int = 1) -> list[tuple[int, int, float]]:
     """Reference log-probs (`ReferenceWorker.logprobs`, the executor's reference) per point."""
     from .workers import ReferenceWorker
 
     ref = ReferenceWorker(hf_path, device)
-    out = []
-    for batch, seq in points:
+
+    def one(point: tuple[int, int]) -> float:
+        batch, seq = point
         times = []
         for r in range(reps + 1):
             ids = [list(_ids(seq, vocab, rng)) for _ in range(batch)]
@@ -126,8 +141,10 @@ def logprob_times(hf_path: str, device: str, points: Sequence[tuple[int, int]], 
             ref.logprobs(ids, [max(1, seq // 2)] * batch)
             if r:
                 times.append(time.perf_counter() - t0)
-        out.append((batch, seq, _median(times)))
-        tick(f"reference logprob b{batch} s{seq}")
+        return _median(times)
+
+    out = [(b, s, t) for (b, s), t in zip(points, over_passes(points, one, passes))]
+    tick(f"reference logprob: {len(points)} points x {passes} passes")
     return out
 
 
@@ -165,7 +182,7 @@ def _drain(core) -> list[float]:
 def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: int,
                  mem_util: float, decode_points: Sequence[tuple[int, int]],
                  prefill_points: Sequence[tuple[int, int]], decode_steps: int, reps: int,
-                 restarts: int, rng, tick: Tick, keep: bool = False):
+                 restarts: int, rng, tick: Tick, keep: bool = False, passes: int = 1):
     """Create/teardown times, decode step and prefill times of one model's engine.
 
     Returns (EngineBench, core): `core` is the live engine when `keep` (for the weight-sync
@@ -181,37 +198,85 @@ def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: in
         stops.append(core.stop())
         starts.append(core.start())
         tick(f"{spec.name}: teardown + re-create")
-    n = 0
     for r in range(1):  # warm-up request
         _add(core, f"w{r}", _ids(16, spec.vocab, rng), 4)
         _drain(core)
-    decode = []
-    for batch, ctx in decode_points:
+    n = [0]
+
+    def dec(point: tuple[int, int]) -> float:
+        batch, ctx = point
         per = []
         for _ in range(reps):
             for j in range(batch):
-                _add(core, f"d{n}", _ids(ctx, spec.vocab, rng), decode_steps + 1)
-                n += 1
+                _add(core, f"d{n[0]}", _ids(ctx, spec.vocab, rng), decode_steps + 1)
+                n[0] += 1
             steps = _drain(core)
             # step 0 prefills every prompt (and samples the first token); the rest decode
             per.append(_median(steps[1:]) if len(steps) > 1 else steps[0])
-        decode.append((batch, ctx + decode_steps // 2, _median(per)))
-        tick(f"{spec.name}: decode b{batch} ctx{ctx}")
-    prefill = []
-    for batch, plen in prefill_points:
+        return _median(per)
+
+    def pre(point: tuple[int, int]) -> float:
+        batch, plen = point
         per = []
         for _ in range(reps):
             for j in range(batch):
-                _add(core, f"p{n}", _ids(plen, spec.vocab, rng), 1)
-                n += 1
+                _add(core, f"p{n[0]}", _ids(plen, spec.vocab, rng), 1)
+                n[0] += 1
             per.append(sum(_drain(core)))
-        prefill.append((batch, plen, _median(per)))
-        tick(f"{spec.name}: prefill {batch}x{plen}")
+        return _median(per)
+
+    decode = [(b, c + decode_steps // 2, t) for (b, c), t in
+              zip(decode_points, over_passes(decode_points, dec, passes))]
+    tick(f"{spec.name}: decode, {len(decode_points)} points x {passes} passes")
+    prefill = [(b, p, t) for (b, p), t in zip(prefill_points, over_passes(prefill_points, pre, passes))]
+    tick(f"{spec.name}: prefill, {len(prefill_points)} points x {passes} passes")
     bench = EngineBench(_median(starts), _median(stops), tuple(decode), tuple(prefill))
     if keep:
         return bench, core
     core.stop()
     return bench, None
+
+
+def stop_lengths(hf_path: str, device: str, workload, cap: int, samples: int, seed: int,
+                 tick: Tick) -> tuple[int, ...]:
+    """Where the model's responses end when EOS may end them: `samples` responses to the
+    executor's own task prompts (`task.step_prompts`, encoded as the controller encodes
+    them), temperature 1 and per-request seeds as in a rollout, budget `cap` tokens. A
+    length equal to `cap` means the budget ended it (the model had not stopped)."""
+    from transformers import AutoTokenizer
+
+    from .rollout import EngineCore, GenRequest
+    from .task import step_prompts
+
+    tok = AutoTokenizer.from_pretrained(hf_path)
+    bos = tok.bos_token_id if tok.bos_token_id is not None else tok.eos_token_id
+    core = EngineCore(_engine_config(hf_path, device == "cpu", 64, 0.5))
+    core.start()
+    try:
+        lengths: list[int] = []
+        step = 0
+        while len(lengths) < samples:
+            rids = {}
+            for p in step_prompts(seed, 10_000 + step, workload):
+                ids = tuple([bos] + tok.encode(p.text, add_special_tokens=False))
+                for j in range(workload.samples_per_prompt):
+                    n = len(lengths) + len(rids)
+                    if n >= samples:
+                        break
+                    rid = f"s{n}"
+                    rids[rid] = n
+                    core.add(rid, GenRequest(n, ids, cap, seed=seed * 1_000_003 + n,
+                                             logprobs=False))
+            got = {}
+            while core.has_unfinished():
+                for o in core.step():
+                    got[rids[o.request_id]] = len(o.outputs[0].token_ids)
+            lengths.extend(got[i] for i in sorted(got))
+            step += 1
+        tick(f"stop lengths: {len(lengths)} responses")
+        return tuple(lengths[:samples])
+    finally:
+        core.stop()
 
 
 def weight_update_time(core, state: dict, reps: int) -> float:

@@ -19,7 +19,8 @@ from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
 METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl", "entropy",
                   "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
                   "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
-                  "nonfinite_steps", "rollbacks", "restarts", "snapshot_s", "ckpt_stall_s")
+                  "nonfinite_steps", "rollbacks", "restarts", "snapshot_s", "ckpt_stall_s",
+                  "train_prep_s", "train_rank_s")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
 

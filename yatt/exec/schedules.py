@@ -88,6 +88,8 @@ class StepRunner:
             "lr": o.get("lr", 0.0), "clip_frac": o.get("clip_frac", 0.0),
             "accept_frac": o.get("accept_frac", 1.0), "skipped": o.get("skipped", 0.0),
             "nonfinite_steps": o.get("nonfinite_steps", 0.0),
+            "train_prep_s": round(o.get("train_prep_s", 0.0), 4),
+            "train_rank_s": round(o.get("train_rank_s", 0.0), 4),
             "genrm_parse_fail": mom.parse_fail, "response_tokens": mom.response_tokens})
 
     # ---- generation ------------------------------------------------------------------
@@ -171,9 +173,14 @@ class StepRunner:
         self.ctl.call(StepController.stage, assign, *norm)
         lr = lr_at(self._step, a.lr, self.total_steps, a.lr_schedule, a.lr_warmup_steps,
                    a.lr_min_ratio)
+        t_step = time.time()
         outs = get_all([w.train_step.remote(lr) for w in self.actors.trainers])
         self._train_out = {k: float(v) for k, v in outs[0].items()
                            if isinstance(v, (int, float))}
+        # where the train span's time goes (fidelity diagnostics): driver/controller work
+        # before the ranks start, and the slowest rank's own in-process step time
+        self._train_out["train_prep_s"] = t_step - t
+        self._train_out["train_rank_s"] = max(float(o.get("step_time_s", 0.0)) for o in outs)
         self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,
                       time.time(), sum(n for _, n in costs))
         for recs in self.ctl.call(StepController.records, assign):

@@ -45,12 +45,17 @@ class Points:
     # cluster among the experiments (at most MAX_CONTENTION_BUSY); () = skip
     contention: Optional[tuple[int, ...]] = None
     contention_rounds: int = 3
+    stop_samples: int = 128     # responses generated with EOS allowed (the actor's stop lengths)
+    # passes over each point list, median per point over passes (see microbench: a shared
+    # VM flips between fast and slow states every few seconds)
+    passes: int = 5
 
     @classmethod
     def quick(cls) -> "Points":
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
-                   decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False, contention=())
+                   decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False, contention=(),
+                   stop_samples=8, passes=1)
 
     def busy_counts(self, exps: Sequence[Experiment], device: str) -> tuple[int, ...]:
         """Busy-device counts the contention benchmark measures (none on GPUs)."""
@@ -62,8 +67,8 @@ class Points:
         return tuple(range(2, top + 1))
 
     def ticks(self, actors: int, genrms: int, busy: int = 0) -> int:
-        per_engine = 1 + self.restarts + len(self.decode) + len(self.prefill)
-        per_actor = 2 + len(self.train) + len(self.logprob) + per_engine
+        per_engine = 1 + self.restarts + 2
+        per_actor = 4 + max(1, self.passes) + per_engine
         return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 2 * actors)
                 + (busy + 1 if busy else 0))
 
@@ -77,7 +82,20 @@ def _engine_table(bench) -> EngineTable:
                        prefill=tuple((float(n), float(p), round(t, 6)) for n, p, t in bench.prefill))
 
 
-def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
+# the executor's engines hold 512 tokens (runner.py); leave room for the prompt
+STOP_CAP_MAX = 448
+
+
+def stop_cap(exps: Sequence[Experiment], actor: str) -> int:
+    """The budget for measuring an actor's stop lengths: the largest response budget any of
+    `exps` gives it (so no experiment's budget exceeds the measured range), at most
+    STOP_CAP_MAX."""
+    return min(STOP_CAP_MAX, max(e.workload.response_len.upper() for e in exps
+                                 if e.actor.name == actor))
+
+
+def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int,
+                  cap: int) -> ModelTables:
     from yatt.exec import microbench as mb
 
     eng = exp.engine
@@ -85,26 +103,35 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
     mbt = exp.algo.micro_batch_tokens
     tb = mb.TrainBench(exp.actor, actor_path, device, mbt)
     tick(f"{exp.actor.name}: trainer up")
-    train = []
-    for b, s in pts.train:
-        train.append((float(b), float(s), round(tb.step_time(b, s, pts.reps, rng), 6)))
-        tick(f"{exp.actor.name}: train b{b} s{s}")
+    done = [0]
+
+    def train_point(point: tuple[int, int]) -> float:
+        t = tb.step_time(point[0], point[1], pts.reps, rng)
+        done[0] += 1
+        if done[0] % len(pts.train) == 0:
+            tick(f"{exp.actor.name}: train pass {done[0] // len(pts.train)}/{pts.passes}")
+        return t
+
+    train = [(float(b), float(s), round(t, 6)) for (b, s), t in
+             zip(pts.train, mb.over_passes(pts.train, train_point, pts.passes))]
     logprob = [(float(b), float(s), round(t, 6)) for b, s, t in
                mb.logprob_times(actor_path, device, pts.logprob, exp.actor.vocab, pts.reps, rng,
-                                tick)]
+                                tick, pts.passes)]
     decode = tuple((min(b, eng.max_num_seqs), c) for b, c in pts.decode)
     bench, core = mb.engine_bench(exp.actor, actor_path, device, max_num_seqs=eng.max_num_seqs,
                                   mem_util=eng.gpu_memory_utilization, decode_points=decode,
                                   prefill_points=pts.prefill, decode_steps=pts.decode_steps,
                                   reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
-                                  keep=True)
+                                  keep=True, passes=pts.passes)
     sd_s, state = tb.state_dict_time(pts.reps)
     upd_s = mb.weight_update_time(core, state, pts.reps)
     core.stop()
     tb.close()
     tick(f"{exp.actor.name}: weight sync")
+    stops = mb.stop_lengths(actor_path, device, exp.workload, cap, pts.stop_samples, seed, tick)
     return ModelTables(train=tuple(train), logprob=tuple(logprob), engine=_engine_table(bench),
-                       weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt)
+                       weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt,
+                       stop_len=tuple(sorted(stops)), stop_cap=cap)
 
 
 def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
@@ -116,7 +143,8 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                                 max_num_seqs=eng.genrm_max_num_seqs,
                                 mem_util=eng.gpu_memory_utilization, decode_points=gdecode,
                                 prefill_points=pts.prefill, decode_steps=pts.decode_steps,
-                                reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick)
+                                reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
+                                passes=pts.passes)
     return ModelTables(engine=_engine_table(gbench))
 
 
@@ -171,7 +199,8 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     actors, genrms = models_to_measure(exps)
-    models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed) for e in actors}
+    models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed,
+                                          stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     # the actors' weights through the object store (weight sync), and 4x that for a slope
     sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})

@@ -19,6 +19,8 @@ the same small YAML file, so every consumer reads one format:
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
           logprob: [[batch, seq, seconds], ...]   # reference log-probs (ReferenceWorker)
           weight_sync_s: 0.03                     # hf_state_dict + engine update_weights
+          stop_len: [3, 5, 64, ...]               # where its responses end (EOS), <= stop_cap
+          stop_cap: 64
           engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
                    decode: [[batch, mean_ctx, s_per_step], ...],
                    prefill: [[requests, tokens_each, s_for_the_step], ...]}
@@ -73,10 +75,18 @@ class ModelTables:
     engine: Optional[EngineTable] = None
     weight_sync_s: float = spec_field(0.0, ge=0, help="trainer state dict + engine weight update")
     micro_batch_tokens: int = spec_field(512, ge=1, help="trainer micro-batch budget when measured")
+    stop_len: tuple[int, ...] = spec_field(
+        default=(), help="response lengths the model produced with EOS allowed (the task's "
+                         "prompts, temperature 1); a length equal to stop_cap was cut by the cap")
+    stop_cap: int = spec_field(0, ge=0, help="the token budget those responses had")
 
     def __post_init__(self) -> None:
         _check_points(self.train, "train")
         _check_points(self.logprob, "logprob")
+        for i, n in enumerate(self.stop_len):
+            if not 0 <= n <= max(self.stop_cap, 0) or self.stop_cap <= 0:
+                raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "
+                                 f"stop_cap > 0", field=f"stop_len[{i}]")
 
 
 @dataclass(frozen=True)

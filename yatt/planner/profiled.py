@@ -30,6 +30,7 @@ capacity, checkpoints, controller bytes) come from the wrapped AnalyticCostModel
 """
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 from typing import Callable, Optional, Sequence
 
@@ -38,7 +39,7 @@ from scipy.optimize import nnls
 
 from yatt.core.plan import Experiment, Parallel
 from yatt.core.roles import Phase, ReleasePolicy, Role
-from yatt.core.specs import ModelSpec
+from yatt.core.specs import DistKind, LengthDist, ModelSpec
 
 from .costmodel import AnalyticCostModel, Efficiency
 from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
@@ -269,6 +270,26 @@ class ProfiledCostModel:
 
     def controller_time(self, samples: int, bytes_per_sample: float, controllers: int) -> float:
         return self.analytic.controller_time(samples, bytes_per_sample, controllers)
+
+
+def measured_stop_len(exp: Experiment, profile: Optional[Profile]) -> Optional[LengthDist]:
+    """The profile's measured stop lengths of this experiment's actor, as a distribution
+    (None without a measurement)."""
+    tables = profile.tables if profile is not None else None
+    m = tables.models.get(exp.actor.name) if tables is not None else None
+    if m is None or not m.stop_len:
+        return None
+    return LengthDist(DistKind.EMPIRICAL, min=0, max=m.stop_cap, values=tuple(m.stop_len))
+
+
+def experiment_for(exp: Experiment, profile: Optional[Profile] = None) -> Experiment:
+    """The experiment as the simulator should see it with this profile: a workload without
+    `stop_len` gets the actor's measured stop lengths, so responses end where the model ends
+    them (EOS) rather than always at their budget. An explicit `stop_len` wins."""
+    stop = measured_stop_len(exp, profile) if exp.workload.stop_len is None else None
+    if stop is None:
+        return exp
+    return dataclasses.replace(exp, workload=dataclasses.replace(exp.workload, stop_len=stop))
 
 
 def cost_model_for(exp: Experiment, profile: Optional[Profile] = None):

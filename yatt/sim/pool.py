@@ -87,6 +87,8 @@ def draw_pool(w: Workload, step: int, rng: np.random.Generator) -> StepPool:
         fix = same & ~dropped
         reward[fix, 0] = 1.0 - reward[fix, 0]
     reward[dropped] = reward[dropped, :1]
+    if w.stop_len is not None:  # drawn last: without it every other draw is unchanged
+        resp = np.minimum(resp, w.stop_len.sample(rng, G * k))
     return StepPool(
         step=step, prompt_tokens=prompt, response_tokens=resp,
         genrm_in=prompt + resp + w.genrm_template_tokens, genrm_out=gout,
