@@ -117,6 +117,23 @@ def _plan(name: str, mode, profile):
     return exp, cost, search(exp, cost, top=1).best.plan
 
 
+def _step_spread(trace) -> dict:
+    """Per phase: how much the measured phase itself varies from step to step, the median
+    over steps of |x - median| / median of its busy seconds per step (summed over roles).
+    The noise floor a prediction of that phase can be held to (bench/host_speed.py)."""
+    per: dict = {}
+    for (s, p, _r), v in trace.phase_role_busy().items():
+        per.setdefault(p.value, {}).setdefault(s, 0.0)
+        per[p.value][s] += v
+    out = {}
+    for p, by in per.items():
+        xs = list(by.values())
+        med = statistics.median(xs)
+        if len(xs) > 1 and med > 0:
+            out[p] = round(statistics.median(abs(x - med) / med for x in xs), 4)
+    return out
+
+
 def _phase_busy(rows) -> dict:
     """Per phase: busy seconds per step summed over roles (phases that happen several
     times a step, like colocate's offloads, add up; concurrent roles add up on both sides)."""
@@ -189,11 +206,13 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     keep = [k for k in sim.steps() if k >= 1]
     pri = _phase_busy(phase_rows(meas, _as_recorded(sim), keep))
     phases = {}
+    spread = _step_spread(meas)
     rep_rows = phase_rows(rep.recorded, _as_recorded(rep.predicted), rep.steps)
     for ph, (m, r) in sorted(_phase_busy(rep_rows).items()):
         a = pri.get(ph, (0.0, 0.0))[1]
         phases[ph] = {"measured_s": round(m, 4), "replayed_s": round(r, 4), "predicted_s": round(a, 4),
-                      "replay_err": round(_rel(r, m), 4), "predicted_err": round(_rel(a, m), 4)}
+                      "replay_err": round(_rel(r, m), 4), "predicted_err": round(_rel(a, m), 4),
+                      "step_spread": spread.get(ph)}
     resp = [x.response_tokens for x in meas.samples]
     budget = exp.workload.response_len.mean()
     return {"case": f"{name}/{mode.value}", "workload": name, "mode": mode.value,
@@ -329,8 +348,11 @@ def main(argv=None) -> dict:
                         "counts": slow / fast - 1 > 0.10})
     errs = [abs(c["err"]) for c in cases]
     rerrs = [abs(c["replay_err"]) for c in cases]
-    phase_errs = [abs(p["replay_err"]) for c in cases for p in c["phases"].values()
-                  if p["measured_s"] > 0.05]
+    big = [p for c in cases for p in c["phases"].values() if p["measured_s"] > 0.05]
+    phase_errs = [abs(p["replay_err"]) for p in big]
+    phase_pred_errs = [abs(p["predicted_err"]) for p in big]
+    spreads = [p["step_spread"] for p in big if p.get("step_spread") is not None]
+    no_stop = [abs(c["budget_only_err"]) for c in cases if "budget_only_err" in c]
     res = {"profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
            else args.profile, "contention_source": source.value,
            "contention": {n: [dataclasses.asdict(c) for c in p.tables.contention]
@@ -343,6 +365,11 @@ def main(argv=None) -> dict:
            "replay_max_abs_err": round(max(rerrs), 4) if rerrs else None,
            "phase_median_abs_err": round(statistics.median(phase_errs), 4) if phase_errs else None,
            "phase_max_abs_err": round(max(phase_errs), 4) if phase_errs else None,
+           "phase_predicted_median_abs_err": round(statistics.median(phase_pred_errs), 4)
+           if phase_pred_errs else None,
+           "phase_step_spread_median": round(statistics.median(spreads), 4) if spreads else None,
+           "budget_only_median_abs_err": round(statistics.median(no_stop), 4) if no_stop else None,
+           "budget_only_max_abs_err": round(max(no_stop), 4) if no_stop else None,
            "ray_worker_niceness": os.environ.get("RAY_worker_niceness", "ray default (15)"),
            "mode_choice_correct": all(c["correct"] for c in choices if c["counts"])}
     out = Path(args.out)
@@ -351,7 +378,9 @@ def main(argv=None) -> dict:
     if cases:
         plot(cases, out.with_suffix(".png"))
     print(f"fidelity: {len(cases)} cases, median |err| {res['median_abs_err']}, max |err| "
-          f"{res['max_abs_err']} (replay median {res['replay_median_abs_err']}), mode choice "
+          f"{res['max_abs_err']} (replay median {res['replay_median_abs_err']}); per phase "
+          f"median {res['phase_median_abs_err']} (step-to-step spread "
+          f"{res['phase_step_spread_median']}), mode choice "
           f"correct: {res['mode_choice_correct']} -> {out}")
     return res
 

@@ -404,13 +404,14 @@ class ContentionWorker:
 
 def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequence[int],
                      rounds: int, micro_batch_tokens: int = 512, seed: int = 0
-                     ) -> dict[int, dict[str, float]]:
+                     ) -> dict[int, dict[str, list[float]]]:
     """Seconds of each op in CONTENTION_OPS with n devices running it at the same instant,
-    for each n in `counts`: max(counts) worker actors in a local Ray session (the
-    executor's process layout: one actor per device, Ray's daemons alongside); the driver
-    starts the op on workers 0..n-1 together and waits for all, as the executor does. Per
-    round the slowest of the n counts, median over rounds. Counts are interleaved round by
-    round, so every count sees the same background load."""
+    for each n in `counts`, one entry per round: max(counts) worker actors in a local Ray
+    session (the executor's process layout: one actor per device, Ray's daemons alongside);
+    the driver starts the op on workers 0..n-1 together and waits for the slowest, as the
+    executor does. Within a round each op runs at every count back to back, so the counts
+    of one op are measured seconds apart (the host's speed drifts over longer spans; compare
+    counts round by round)."""
     import os
     import tempfile
 
@@ -434,12 +435,16 @@ def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequenc
         ray.get([w.run.remote("logprob") for w in workers])  # all constructed
         times: dict[int, dict[str, list[float]]] = {n: {k: [] for k in CONTENTION_OPS}
                                                     for n in counts}
+        # teardown and re-create run as a pair (an engine must be up to be torn down)
+        groups = [("offload", "reload")] + [(k,) for k in CONTENTION_OPS
+                                            if k not in ("offload", "reload")]
         for _ in range(rounds):
-            for n in counts:
-                for k in CONTENTION_OPS:
-                    times[n][k].append(max(ray.get([w.run.remote(k) for w in workers[:n]])))
+            for group in groups:
+                for n in counts:
+                    for k in group:
+                        times[n][k].append(max(ray.get([w.run.remote(k) for w in workers[:n]])))
         ray.get([w.close.remote() for w in workers])
-        return {n: {k: _median(v) for k, v in ops.items()} for n, ops in times.items()}
+        return times
     finally:
         for w in workers:
             ray.kill(w)

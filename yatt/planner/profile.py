@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -44,7 +45,7 @@ class Points:
     # host contention (CPU only): busy-device counts to measure; None = 2 .. the largest
     # cluster among the experiments (at most MAX_CONTENTION_BUSY); () = skip
     contention: Optional[tuple[int, ...]] = None
-    contention_rounds: int = 3
+    contention_rounds: int = 7
     stop_samples: int = 128     # responses generated with EOS allowed (the actor's stop lengths)
     # passes over each point list, median per point over passes (see microbench: a shared
     # VM flips between fast and slow states every few seconds)
@@ -162,11 +163,16 @@ def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds
         return ()
     t = mb.contention_times(exp.actor, mb.model_path(exp.actor, seed), device, (1,) + busy,
                             rounds, exp.algo.micro_batch_tokens, seed)
-    one = t[1]
     tick("contention: 1 device busy")
+
+    def ratio(n: int, k: str) -> float:
+        """Median over rounds of the paired ratio (the same round's n-busy over 1-busy)."""
+        rs = [a / b for a, b in zip(t[n][k], t[1][k]) if b > 0]
+        return round(float(statistics.median(rs)), 4) if rs else 1.0
+
     out = []
     for n in busy:
-        r = {k: round(t[n][k] / one[k], 4) if one[k] > 0 else 1.0 for k in mb.CONTENTION_OPS}
+        r = {k: ratio(n, k) for k in mb.CONTENTION_OPS}
         out.append(Contention(busy=n, **r))
         tick(f"contention: {n} devices busy")
     return tuple(out)
