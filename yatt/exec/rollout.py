@@ -12,6 +12,7 @@ their measured cost.
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import itertools
 import time
@@ -70,6 +71,7 @@ class _Call:
     results: list = field(default_factory=list)
     future: Any = None
     sink: Any = None
+    put: Any = None      # the newest queue put in flight (each put awaits the one before)
 
 
 class EngineCore:
@@ -147,6 +149,23 @@ class EngineCore:
             _refresh_tied_lm_head(worker.model_runner.model)
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t0
+
+
+async def _put_after(prev: Optional[asyncio.Future], sink: Any, items: list) -> None:
+    """Put `items` on `sink` once the previous put (if any) is done: puts keep their order."""
+    if prev is not None:
+        await prev
+    await sink.put_async(items)
+
+
+def _finish(call: "_Call", put: asyncio.Future) -> None:
+    """A streaming call ends when its last put is done (or fails with the put's error)."""
+    if call.future.done():
+        return
+    if put.cancelled() or put.exception() is not None:
+        call.future.set_exception(put.exception() or RuntimeError("queue put cancelled"))
+    else:
+        call.future.set_result(call.results)
 
 
 def _refresh_tied_lm_head(model) -> None:
@@ -289,9 +308,14 @@ class EngineServer:
                     call.results.extend(res)
                     call.remaining -= len(res)
                     if call.sink is not None:
-                        await call.sink.put_async(res)
+                        # hand off without stalling the engine: the put runs while the
+                        # engine steps on (puts stay in order; the call ends after the last)
+                        call.put = asyncio.ensure_future(_put_after(call.put, call.sink, res))
                     if call.remaining == 0 and not call.future.done():
-                        call.future.set_result(call.results)
+                        if call.put is None:
+                            call.future.set_result(call.results)
+                        else:
+                            call.put.add_done_callback(functools.partial(_finish, call))
                 await asyncio.sleep(0)
         except Exception as e:  # fail every waiting caller loudly, never hang
             futs = [c.future for c, _ in self._pending.values()] + list(self._scores.values())

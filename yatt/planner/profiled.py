@@ -17,8 +17,9 @@ points and extrapolates along the roofline's form:
   weight sync     measured state-dict gather + engine update, plus the round trips and
                   the state dict's trip through Ray's object store (`tables.transfer`,
                   linear in bytes; fp32 weights), which the in-process numbers lack
-  streaming       partial colocate: each finished rollout batch blocks its engine for one
-                  round trip (the queue put; `yatt.sim.simulate.StreamCost`)
+  streaming       free: the executor's rollout engine hands finished batches to the GenRM
+                  queue without waiting for the put (`exec.rollout`), so this model does
+                  not implement `yatt.sim.simulate.StreamCost`
   contention      several devices of one host busy at once (CPU): each phase runs the
                   measured ratio slower (`tables.contention`, `yatt.sim.contention`);
                   linear in the busy count between measured counts, flat beyond the largest
@@ -247,10 +248,6 @@ class ProfiledCostModel:
             return pts[0][1] * nbytes / pts[0][0]
         return float(max(0.0, np.polyval(np.polyfit([b for b, _ in pts], [t for _, t in pts], 1),
                                           nbytes)))
-
-    def stream_handoff_time(self, items: int) -> float:
-        """Partial colocate: the rollout engine awaits one queue put per finished batch."""
-        return self.tables.rpc_s
 
     def contention(self, phase: Phase, busy: int) -> float:
         """Slow-down of `phase` with `busy` devices of the host busy at once

@@ -36,8 +36,9 @@ from .trainer import rank_phase, split, train_epochs
 @runtime_checkable
 class StreamCost(Protocol):
     """Optional cost-model extension: seconds a rollout engine is blocked handing one batch
-    of finished requests to the GenRM queue when streaming (partial colocate). The executor
-    awaits one queue `put` (a Ray round trip) per engine step that finished requests; a
+    of finished requests to the GenRM queue when streaming (partial colocate), for
+    executors whose engines wait for each queue put. yatt's own engines do not wait (the
+    puts run while the engine steps on), so the profiled model does not implement it; a
     cost model without this method streams for free."""
 
     def stream_handoff_time(self, items: int) -> float: ...
