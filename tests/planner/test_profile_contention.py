@@ -20,6 +20,7 @@ def test_contention_benchmark_times_every_op_for_each_count():
     pytest.importorskip("vllm")
     pytest.importorskip("megatron.core")
     from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
     from yatt.planner.profile import measure_contention
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
@@ -28,6 +29,6 @@ def test_contention_benchmark_times_every_op_for_each_count():
     got = measure_contention(exp, "cpu", (2,), rounds=1, tick=ticks.append)
     assert len(got) == 1 and got[0].busy == 2
     c = got[0]
-    assert all(getattr(c, k) > 0 for k in mb.CONTENTION_OPS)
+    assert all(getattr(c, k) > 0 for k in mbr.CONTENTION_OPS)
     assert ticks == ["contention: 1 device busy", "contention: 2 devices busy"]
     assert measure_contention(exp, "cpu", (), rounds=1) == ()

@@ -156,13 +156,14 @@ def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds
     interleaved round by round (the same harness and background load for all counts, so
     only the contention differs). ~1 minute for the demo models on a quiet box."""
     from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
 
     tick = tick or (lambda _what: None)
     busy = tuple(sorted({int(n) for n in busy if n >= 2}))
     if not busy:
         return ()
-    t = mb.contention_times(exp.actor, mb.model_path(exp.actor, seed), device, (1,) + busy,
-                            rounds, exp.algo.micro_batch_tokens, seed)
+    t = mbr.contention_times(exp.actor, mb.model_path(exp.actor, seed), device, (1,) + busy,
+                             rounds, exp.algo.micro_batch_tokens, seed)
     tick("contention: 1 device busy")
 
     def ratio(n: int, k: str) -> float:
@@ -172,7 +173,7 @@ def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds
 
     out = []
     for n in busy:
-        r = {k: ratio(n, k) for k in mb.CONTENTION_OPS}
+        r = {k: ratio(n, k) for k in mbr.CONTENTION_OPS}
         out.append(Contention(busy=n, **r))
         tick(f"contention: {n} devices busy")
     return tuple(out)
@@ -197,6 +198,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     import numpy as np
 
     from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
 
     pts = points or Points()
     tick = tick or (lambda _what: None)
@@ -210,7 +212,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     # the actors' weights through the object store (weight sync), and 4x that for a slope
     sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
-    rpc, moved = mb.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
+    rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
     rpc = round(rpc, 6)
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
     c_load0 = os.getloadavg()[0]
