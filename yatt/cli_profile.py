@@ -61,8 +61,10 @@ def profile_command(args: argparse.Namespace) -> int:
     with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   disable=args.no_progress) as bar:
+        tps = sum(len(pts.tp_sizes(exps, e.actor.name)) for e in actors)
         task = bar.add_task("starting", total=pts.ticks(len(actors), len(genrms),
-                                                        len(pts.busy_counts(exps, args.device))))
+                                                        len(pts.busy_counts(exps, args.device)),
+                                                        tps))
         prof = profile_experiments(exps, args.device, pts,
                                   tick=lambda what: bar.update(task, advance=1, description=what))
     save_profile(prof, out)

@@ -32,3 +32,17 @@ def test_contention_benchmark_times_every_op_for_each_count():
     assert all(getattr(c, k) > 0 for k in mbr.CONTENTION_OPS)
     assert ticks == ["contention: 1 device busy", "contention: 2 devices busy"]
     assert measure_contention(exp, "cpu", (), rounds=1) == ()
+
+
+@pytest.mark.slow
+def test_tp_group_train_times():
+    """A real TP=2 Megatron group (two Ray actors, gloo) times every point."""
+    pytest.importorskip("megatron.core")
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    mb.prepare("cpu")
+    got = mbr.tp_train_times(exp.actor, mb.model_path(exp.actor), "cpu", 2, ((4, 16), (2, 32)),
+                             reps=1, passes=1)
+    assert len(got) == 2 and all(t > 0 for t in got)

@@ -18,7 +18,7 @@ from yatt.core.specs import DistKind, LengthDist
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.profile_io import (EngineTable, ModelTables, Profile, ProfileTables,
                                      load_profile, save_profile)
-from yatt.planner.profiled import (ProfiledCostModel, cost_model_for, experiment_for,
+from yatt.planner.profiled import (ProfiledCostModel, _train_features, cost_model_for, experiment_for,
                                    shipped_profile)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -129,6 +129,7 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {models: {m: {engine: {start_s: 1}}}}", "stop_s"),
     ("tables: {models: {m: {stop_len: [3, 90], stop_cap: 64}}}", "stop_len[1]"),
     ("tables: {models: {m: {stop_len: [3]}}}", "stop_len[0]"),
+    ("tables: {models: {m: {train_tp: [[1, 8, 32, 0.1]]}}}", "train_tp[0]"),
 ])
 def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, body, needle):
     bad = tmp_path / "bad.yaml"
@@ -283,3 +284,26 @@ def test_stop_lengths_round_trip_in_profile_files(tmp_path):
     p = _with_stops([1, 9, 64], 64)
     save_profile(p, tmp_path / "p.yaml")
     assert load_profile(tmp_path / "p.yaml") == p
+
+
+def test_measured_tp_scaling_replaces_the_analytic_one(exp):
+    """A profile that timed a TP=2 group prices TP=2 training from that measurement (here:
+    2x the TP=1 step, as gloo on one host can make it) instead of the analytic roofline,
+    which expects TP=2 to be faster."""
+    base = cost_model_for(exp, Profile(tables=_tables()))
+    lens = [48] * 8
+    one = base.train_time(exp.actor, lens, Parallel(1, 1, 1))
+    assert base.train_time(exp.actor, lens, Parallel(2, 1, 1)) < one   # analytic: faster
+    fit = base._fit(exp.actor)
+    meas = tuple((2.0, float(b), float(s), 2.0 * float(
+        np.array(_train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
+    t = _tables()
+    m = dict(t.models)
+    m["tiny-actor"] = dataclasses.replace(m["tiny-actor"], train_tp=meas)
+    cost = cost_model_for(exp, Profile(tables=dataclasses.replace(t, models=m)))
+    rpc = cost.tables.rpc_s * 4
+    two = cost.train_time(exp.actor, lens, Parallel(2, 1, 1))
+    assert (two - rpc) == pytest.approx(2.0 * (one - rpc), rel=1e-6)
+    # a TP size the profile did not time keeps the analytic ratio
+    assert cost.train_time(exp.actor, lens, Parallel(4, 1, 1)) == pytest.approx(
+        base.train_time(exp.actor, lens, Parallel(4, 1, 1)))

@@ -175,3 +175,70 @@ def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequenc
         finally:
             for w in workers:
                 ray.kill(w)
+
+
+# ---- tensor-parallel training ---------------------------------------------------------------
+class TPRank:
+    """One rank of a TP group for the benchmark: a Ray actor holding a MegatronTrainer."""
+
+    def __init__(self, spec: ModelSpec, hf_path: str, device: str, mbt: int, tp: int,
+                 rank: int) -> None:
+        prepare(device)
+        self.args = (spec, hf_path, device, mbt, tp, rank)
+        self.tb: Optional[TrainBench] = None
+
+    def address(self) -> int:
+        from .microbench import _free_port
+
+        return _free_port()
+
+    def setup(self, port: int) -> None:
+        from .trainer import MegatronTrainer
+
+        spec, hf_path, device, mbt, tp, rank = self.args
+        tb = TrainBench.__new__(TrainBench)
+        tb.spec = spec
+        tb.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=1, rank=rank,
+                                     master_addr="127.0.0.1", master_port=port, lr=1e-5,
+                                     micro_batch_tokens=mbt, device=device)
+        self.tb = tb
+
+    def step_time(self, batch: int, seq: int, reps: int, seed: int) -> float:
+        import numpy as np
+
+        # every TP rank must see the same batch: the same seed on every rank
+        return self.tb.step_time(batch, seq, reps, np.random.default_rng(seed))
+
+    def close(self) -> None:
+        self.tb.close()
+
+
+def tp_train_times(spec: ModelSpec, hf_path: str, device: str, tp: int,
+                   points: Sequence[tuple[int, int]], reps: int, passes: int,
+                   micro_batch_tokens: int = 512, seed: int = 0) -> list[float]:
+    """Seconds of one `train_step` of a TP=`tp` group (the slowest rank) at each
+    (batch, seq) point, `tp` Ray actors on this host (one per device, as the executor
+    places trainer ranks); median over `passes` passes over the points."""
+    import ray
+
+    from .microbench import over_passes
+
+    with local_ray():
+        cls = ray.remote(num_cpus=0)(TPRank)
+        ranks = [cls.remote(spec, hf_path, device, micro_batch_tokens, tp, r) for r in range(tp)]
+        try:
+            port = ray.get(ranks[0].address.remote())
+            ray.get([r.setup.remote(port) for r in ranks])
+            k = [0]
+
+            def one(point: tuple[int, int]) -> float:
+                k[0] += 1
+                return max(ray.get([r.step_time.remote(point[0], point[1], reps, seed + k[0])
+                                    for r in ranks]))
+
+            out = over_passes(points, one, passes)
+            ray.get([r.close.remote() for r in ranks])
+            return out
+        finally:
+            for r in ranks:
+                ray.kill(r)

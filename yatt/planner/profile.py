@@ -50,13 +50,18 @@ class Points:
     # passes over each point list, median per point over passes (see microbench: a shared
     # VM flips between fast and slow states every few seconds)
     passes: int = 5
+    # TP groups of the trainer to time on this host (TP>1 training: its collectives are
+    # whatever this host's interconnect makes them); None = the experiments' trainer TP
+    # choices that fit their clusters (at most MAX_TP_MEASURED); () = skip
+    tp: Optional[tuple[int, ...]] = None
+    tp_points: tuple[tuple[int, int], ...] = ((8, 32), (16, 64), (4, 128))
 
     @classmethod
     def quick(cls) -> "Points":
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
                    decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False, contention=(),
-                   stop_samples=8, passes=1)
+                   stop_samples=8, passes=1, tp=())
 
     def busy_counts(self, exps: Sequence[Experiment], device: str) -> tuple[int, ...]:
         """Busy-device counts the contention benchmark measures (none on GPUs)."""
@@ -67,14 +72,25 @@ class Points:
         top = min(MAX_CONTENTION_BUSY, max((e.cluster.num_gpus for e in exps), default=1))
         return tuple(range(2, top + 1))
 
-    def ticks(self, actors: int, genrms: int, busy: int = 0) -> int:
+    def tp_sizes(self, exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
+        """Trainer TP sizes to time for `actor`."""
+        if self.tp is not None:
+            return tuple(sorted({int(t) for t in self.tp if t >= 2}))
+        return tuple(sorted({t for e in exps if e.actor.name == actor
+                             for t in e.search.tp_choices
+                             if 2 <= t <= min(MAX_TP_MEASURED, e.cluster.num_gpus)
+                             and e.actor.check_tp(t) is None}))
+
+    def ticks(self, actors: int, genrms: int, busy: int = 0, tps: int = 0) -> int:
+        """Progress ticks of a profile (`tps`: TP groups timed, over all actors)."""
         per_engine = 1 + self.restarts + 2
         per_actor = 4 + max(1, self.passes) + per_engine
         return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 2 * actors)
-                + (busy + 1 if busy else 0))
+                + (busy + 1 if busy else 0) + tps)
 
 
 MAX_CONTENTION_BUSY = 4
+MAX_TP_MEASURED = 4
 
 
 def _engine_table(bench) -> EngineTable:
@@ -93,6 +109,22 @@ def stop_cap(exps: Sequence[Experiment], actor: str) -> int:
     STOP_CAP_MAX."""
     return min(STOP_CAP_MAX, max(e.workload.response_len.upper() for e in exps
                                  if e.actor.name == actor))
+
+
+def _tp_table(exp: Experiment, device: str, pts: Points, tps: Sequence[int], tick: Tick,
+              seed: int) -> tuple[tuple[float, float, float, float], ...]:
+    """(tp, batch, seq, s) for each TP size in `tps` at `pts.tp_points`."""
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    out = []
+    for tp in tps:
+        ts = mbr.tp_train_times(exp.actor, mb.model_path(exp.actor, seed), device, tp,
+                                pts.tp_points, pts.reps, pts.passes,
+                                exp.algo.micro_batch_tokens, seed)
+        out += [(float(tp), float(b), float(s), round(t, 6)) for (b, s), t in zip(pts.tp_points, ts)]
+        tick(f"{exp.actor.name}: train TP={tp}")
+    return tuple(out)
 
 
 def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int,
@@ -210,6 +242,11 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed,
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
+    for e in actors:   # after the in-process tables: this starts (and stops) a Ray session
+        tps = pts.tp_sizes(exps, e.actor.name)
+        if tps:
+            models[e.actor.name] = dataclasses.replace(
+                models[e.actor.name], train_tp=_tp_table(e, device, pts, tps, tick, seed))
     # the actors' weights through the object store (weight sync), and 4x that for a slope
     sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
     rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())

@@ -19,6 +19,7 @@ the same small YAML file, so every consumer reads one format:
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
           logprob: [[batch, seq, seconds], ...]   # reference log-probs (ReferenceWorker)
           weight_sync_s: 0.03                     # hf_state_dict + engine update_weights
+          train_tp: [[2, batch, seq, seconds], ...]   # a TP=2 group's train_step (CPU: gloo)
           stop_len: [3, 5, 64, ...]               # where its responses end (EOS), <= stop_cap
           stop_cap: 64
           engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
@@ -79,10 +80,17 @@ class ModelTables:
         default=(), help="response lengths the model produced with EOS allowed (the task's "
                          "prompts, temperature 1); a length equal to stop_cap was cut by the cap")
     stop_cap: int = spec_field(0, ge=0, help="the token budget those responses had")
+    train_tp: tuple[tuple[float, float, float, float], ...] = spec_field(
+        default=(), help="(tp, batch, seq, s): a TP group's train_step on one host, its ranks "
+                         "running at once (TP=1 is `train`)")
 
     def __post_init__(self) -> None:
         _check_points(self.train, "train")
         _check_points(self.logprob, "logprob")
+        for i, p in enumerate(self.train_tp):
+            if len(p) != 4 or p[0] < 2 or p[1] <= 0 or p[2] <= 0 or p[3] < 0:
+                raise InputError(f"got {list(p)}; allowed: [tp >= 2, batch > 0, seq > 0, "
+                                 f"seconds >= 0]", field=f"train_tp[{i}]")
         for i, n in enumerate(self.stop_len):
             if not 0 <= n <= max(self.stop_cap, 0) or self.stop_cap <= 0:
                 raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "

@@ -118,6 +118,7 @@ class _Fits:
                 self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid,
                                     [x for _, _, x in e.prefill])
         self.weight_sync_s = t.weight_sync_s
+        self.train_tp = t.train_tp
 
     def _step(self, batch: float, ctx: float) -> float:
         a0, a1, a2 = self.decode
@@ -133,6 +134,7 @@ class ProfiledCostModel:
         self.cluster = analytic.cluster
         self.cpu = tables.device == "cpu"
         self._fits = {name: _Fits(t) for name, t in tables.models.items()}
+        self._tp_scales: dict[tuple[str, int], Optional[float]] = {}
 
     @classmethod
     def for_experiment(cls, exp: Experiment, profile: Profile) -> "ProfiledCostModel":
@@ -144,12 +146,34 @@ class ProfiledCostModel:
         return self._fits.get(model.name)
 
     def _tp_scale(self, model: ModelSpec, lens: Sequence[int], par: Parallel) -> float:
-        """Analytic time at this TP/PP over the time at TP=PP=1 (1.0 for TP=PP=1)."""
+        """Time at this TP/PP over the time at TP=PP=1 (1.0 for TP=PP=1): measured when the
+        profile timed a TP group of this size (`train_tp`), else the analytic ratio."""
         if par.tp * par.pp == 1:
             return 1.0
+        key = (model.name, par.tp)
+        if key not in self._tp_scales:
+            self._tp_scales[key] = self._measured_tp_scale(model, par.tp)
+        measured = self._tp_scales[key] if par.pp == 1 else None
+        if measured is not None:
+            return measured
         one = Parallel(tp=1, pp=1, dp=par.dp)
         base = self.analytic._pass_time(model, lens, one, False)
         return self.analytic._pass_time(model, lens, par, False) / base if base > 0 else 1.0
+
+    def _measured_tp_scale(self, model: ModelSpec, tp: int) -> Optional[float]:
+        """Median over the profile's TP=`tp` points of measured / fitted TP=1 time, with the
+        host contention of `tp` busy ranks divided out (the simulator applies it to the
+        train phase itself)."""
+        f = self._fit(model)
+        if f is None or f.train is None:
+            return None
+        pts = [(b, s, t) for k, b, s, t in f.train_tp if int(k) == tp]
+        if not pts:
+            return None
+        c = self.contention(Phase.TRAIN, tp)
+        ratios = [t / (c * base) for b, s, t in pts
+                  if (base := float(_train_features([int(s)] * int(b), f.mbt) @ f.train)) > 0]
+        return float(np.median(ratios)) if ratios else None
 
     # ---- training ----------------------------------------------------------------------
     def train_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
