@@ -78,14 +78,16 @@ def _ids(n: int, vocab: int, rng) -> tuple[int, ...]:
 
 # ---- training ------------------------------------------------------------------------------
 class TrainBench:
-    """A one-rank Megatron trainer (TP=1, DP=1) kept alive for several measurements."""
+    """A Megatron trainer rank kept alive for several measurements: TP=1 alone by default,
+    or rank `rank` of a TP group whose rank 0 listens on `port` (`microbench_ray`)."""
 
-    def __init__(self, spec: ModelSpec, hf_path: str, device: str, micro_batch_tokens: int):
+    def __init__(self, spec: ModelSpec, hf_path: str, device: str, micro_batch_tokens: int,
+                 tp: int = 1, rank: int = 0, port: int = 0):
         from .trainer import MegatronTrainer
 
         self.spec = spec
-        self.trainer = MegatronTrainer(spec, hf_path, tp=1, dp=1, rank=0,
-                                       master_addr="127.0.0.1", master_port=_free_port(),
+        self.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=1, rank=rank,
+                                       master_addr="127.0.0.1", master_port=port or _free_port(),
                                        lr=1e-5, micro_batch_tokens=micro_batch_tokens,
                                        device=device)
 

@@ -193,15 +193,8 @@ class TPRank:
         return _free_port()
 
     def setup(self, port: int) -> None:
-        from .trainer import MegatronTrainer
-
         spec, hf_path, device, mbt, tp, rank = self.args
-        tb = TrainBench.__new__(TrainBench)
-        tb.spec = spec
-        tb.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=1, rank=rank,
-                                     master_addr="127.0.0.1", master_port=port, lr=1e-5,
-                                     micro_batch_tokens=mbt, device=device)
-        self.tb = tb
+        self.tb = TrainBench(spec, hf_path, device, mbt, tp=tp, rank=rank, port=port)
 
     def step_time(self, batch: int, seq: int, reps: int, seed: int) -> float:
         import numpy as np
