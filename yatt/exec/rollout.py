@@ -162,8 +162,10 @@ def _finish(call: "_Call", put: asyncio.Future) -> None:
     """A streaming call ends when its last put is done (or fails with the put's error)."""
     if call.future.done():
         return
-    if put.cancelled() or put.exception() is not None:
-        call.future.set_exception(put.exception() or RuntimeError("queue put cancelled"))
+    if put.cancelled():   # (exception() itself raises on a cancelled future)
+        call.future.set_exception(RuntimeError("queue put cancelled"))
+    elif put.exception() is not None:
+        call.future.set_exception(put.exception())
     else:
         call.future.set_result(call.results)
 

@@ -92,7 +92,7 @@ class ModelTables:
                 raise InputError(f"got {list(p)}; allowed: [tp >= 2, batch > 0, seq > 0, "
                                  f"seconds >= 0]", field=f"train_tp[{i}]")
         for i, n in enumerate(self.stop_len):
-            if not 0 <= n <= max(self.stop_cap, 0) or self.stop_cap <= 0:
+            if not 0 <= n <= self.stop_cap or self.stop_cap == 0:
                 raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "
                                  f"stop_cap > 0", field=f"stop_len[{i}]")
 
