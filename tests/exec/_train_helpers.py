@@ -58,7 +58,7 @@ def make_batch(dp_rank: int = 0, n: int = 6, seed: int = 0):
 def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> None:
     """One rank of a multi-process trainer scenario; writes rank{rank}.pt to out_dir.
 
-    opts: tp, dp, steps, arch, distributed_optimizer, micro_batch_tokens, same_data (bool),
+    opts: tp, dp, steps, arch, device, distributed_optimizer, micro_batch_tokens, same_data (bool),
     save_hf (bool), kl (bool: add ref logprobs = initial logprobs).
     """
     import dataclasses as dc
@@ -74,7 +74,8 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
                          master_addr="127.0.0.1", master_port=port, lr=opts.get("lr", 1e-3),
                          distributed_optimizer=opts.get("distributed_optimizer", False),
                          micro_batch_tokens=opts.get("micro_batch_tokens", 4096),
-                         kl_coef=opts.get("kl_coef", 0.0), entropy_coef=opts.get("entropy_coef", 0.0))
+                         kl_coef=opts.get("kl_coef", 0.0), entropy_coef=opts.get("entropy_coef", 0.0),
+                         device=opts.get("device", "cpu"))
     dp_rank = ps.get_data_parallel_rank()
     if opts.get("split_of") is not None:      # this DP rank's half of a full batch
         full = make_batch(0, n=opts["split_of"])

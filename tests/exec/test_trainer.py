@@ -112,3 +112,19 @@ def test_snapshot_and_async_checkpoint_restore_exactly_dp2(tmp_path):
             for k in ("loss", "grad_norm", "kl", "entropy"):
                 assert a[k] == b[k] == c[k], k
         assert r["after"][0]["loss"] != r["after"][1]["loss"]   # not a trivial replay
+
+
+@pytest.mark.gpu
+def test_cuda_trainer_matches_cpu(tmp_path):
+    """The same batch and steps on CUDA (NCCL) and on CPU (gloo): the executor's trainer
+    must compute the same thing on a GPU (fp32; TF32 is off by default for matmuls)."""
+    opts = {"tp": 1, "dp": 1, "steps": 3, "lr": 3e-4, "save_hf": True, "micro_batch_tokens": 32}
+    cpu = spawn_trainers(opts, tmp_path / "cpu")[0]
+    gpu = spawn_trainers({**opts, "device": "cuda"}, tmp_path / "cuda")[0]
+    for a, b in zip(cpu["logprobs0"], gpu["logprobs0"]):
+        assert b == pytest.approx(a, abs=1e-4)
+    for a, b in zip(cpu["metrics"], gpu["metrics"]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-5)
+        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)
+    for name, w in cpu["hf"].items():
+        assert torch.allclose(gpu["hf"][name].cpu().float(), w.float(), atol=1e-4), name

@@ -100,12 +100,14 @@ def _cpu_clip_grad_by_total_norm_fp32(parameters, max_norm, total_norm, use_deco
 
 
 def needed(device: str = "cpu") -> bool:
-    """The shim is needed only for CPU runs on a machine without CUDA."""
-    return not str(device).startswith("cuda") and not torch.cuda.is_available()
+    """The shim is needed for every CPU run, also on a machine with CUDA: megatron moves
+    RoPE's `inv_freq` to `torch.cuda.current_device()` at the first forward whenever CUDA is
+    usable, which broke a CPU trainer on an H200 host (tests/exec/test_trainer.py, gpu)."""
+    return not str(device).startswith("cuda")
 
 
 def install(device: str = "cpu") -> bool:
-    """Install the shim (idempotent). Returns True if active. No-op when CUDA is usable.
+    """Install the shim (idempotent). Returns True if active. No-op for a CUDA device.
 
     Call before building any megatron model. It imports megatron modules to patch them.
     The device mode is entered process-wide on the calling thread's mode stack.
