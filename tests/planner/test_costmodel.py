@@ -1,11 +1,12 @@
 """Analytic cost model: roofline properties that must hold for any input."""
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yatt.core import ClusterSpec, Parallel, ReleasePolicy, Role, catalog
-from yatt.planner.costmodel import AnalyticCostModel, _sum_max_linear
+from yatt.planner.costmodel import AnalyticCostModel, Efficiency, _sum_max_linear
 
 MODELS = ["Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen2.5-72B", "Llama-3.1-8B"]
 GPUS = ["A100-80G", "H100-SXM", "H200", "H20", "L40S"]
@@ -94,3 +95,41 @@ def test_release_policies_order():
     # trainer offload moves optimizer state too: more bytes than the weights alone
     assert c.offload_time(m, Role.TRAINER, par, ReleasePolicy.OFFLOAD) > c.offload_time(
         m, Role.REFERENCE, par, ReleasePolicy.OFFLOAD)
+
+
+def test_default_decode_coefficients_reproduce_the_h200_kernels():
+    """The defaults were fitted on bench/results/gpu_h200.json's CUDA-graph decode steps
+    (1.5B and 7B shapes, batch 1-256, context 512/2048); they must keep matching them."""
+    import json
+    import statistics
+    from pathlib import Path
+
+    res = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" /
+                      "gpu_h200.json").read_text())
+    c = AnalyticCostModel(ClusterSpec(catalog.gpu("H200"), 1, 1),
+                          Efficiency(decode_step_overhead_s=0.0))
+    errs = []
+    for name, pts in res["kernels"].items():
+        m = catalog.model(name.split()[0])
+        errs += [abs(c.decode_step_time(m, 1, p["batch"], p["context"]) / p["step_s"] - 1)
+                 for p in pts]
+    assert len(errs) == 24
+    assert statistics.median(errs) < 0.08 and max(errs) < 0.15
+    # without the per-layer term the small model cannot be matched with the same bandwidth
+    flat = AnalyticCostModel(ClusterSpec(catalog.gpu("H200"), 1, 1),
+                             Efficiency(decode_step_overhead_s=0.0, decode_layer_s=0.0))
+    small = catalog.model("Qwen2.5-1.5B")
+    one = res["kernels"]["Qwen2.5-1.5B ctx512"][0]
+    assert flat.decode_step_time(small, 1, 1, 512) < 0.7 * one["step_s"]
+
+
+def test_decode_layer_term_adds_per_layer_per_step():
+    m = catalog.model("Qwen2.5-7B")
+    g = ClusterSpec(catalog.gpu("H200"), 1, 8)
+    a = AnalyticCostModel(g, Efficiency(decode_layer_s=0.0))
+    b = AnalyticCostModel(g, Efficiency(decode_layer_s=1e-4))
+    for tp in (1, 4):
+        assert b.decode_step_time(m, tp, 16, 300) - a.decode_step_time(m, tp, 16, 300) == \
+            pytest.approx(m.layers * 1e-4)
+        assert b.decode_time(m, tp, 16, 4800, 10) - a.decode_time(m, tp, 16, 4800, 10) == \
+            pytest.approx(10 * m.layers * 1e-4)

@@ -34,15 +34,16 @@ class LrSchedule(str, Enum):
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s)."""
+    """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
+    Rates are achievable ceilings (measured, or datasheet x measured ratio: gpus.yaml)."""
 
     name: str
-    bf16_tflops: float = spec_field(gt=0, help="dense bf16 TFLOP/s")
+    bf16_tflops: float = spec_field(gt=0, help="dense bf16 TFLOP/s a large GEMM reaches")
     hbm_gb: float = spec_field(gt=0, help="device memory, GB")
-    hbm_gbps: float = spec_field(gt=0, help="device memory bandwidth, GB/s")
+    hbm_gbps: float = spec_field(gt=0, help="device memory read bandwidth reached, GB/s")
     intra_node_gbps: float = spec_field(gt=0, help="NVLink/PCIe peer bandwidth per device, GB/s")
     inter_node_gbps: float = spec_field(gt=0, help="network bandwidth per device, GB/s")
-    host_link_gbps: float = spec_field(gt=0, help="device<->host (PCIe) bandwidth, GB/s")
+    host_link_gbps: float = spec_field(gt=0, help="pinned device<->host copy bandwidth reached, GB/s")
     source: str = ""
 
     @property
