@@ -1,0 +1,94 @@
+"""Why is the streaming GenRM phase under-predicted in partial colocate? One engine, alone.
+
+Why: in bench/fidelity.py's partial-colocate cases the GenRM span runs 34-67% above the
+prediction, even calibrated. This replays one measured step's arrival pattern (the
+rollout-end times of `short/partial`, step 3: 32 judgments of 27 prompt tokens and 4
+output tokens, arriving in 10 groups over 0.118 s) into the real vLLM engine of the GenRM,
+in-process, with nothing else running, and logs every engine step: when it ran, how long it
+took, how many requests it admitted. It compares that with the profile's decode-step and
+prefill tables. With no Ray, queue or second engine involved, what is left is the engine.
+Writes bench/results/genrm_stream.json and prints a summary.
+Usage: .venv/bin/python bench/genrm_stream.py [--reps 3]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+OUT = ROOT / "bench" / "results" / "genrm_stream.json"
+# (seconds after the phase start, judgments arriving): short/partial step 3, measured
+ARRIVALS = [(0.026, 4), (0.045, 1), (0.061, 4), (0.069, 4), (0.078, 1), (0.087, 5),
+            (0.098, 1), (0.110, 3), (0.113, 3), (0.118, 6)]
+PROMPT, OUTPUT = 27, 4
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=3)
+    a = ap.parse_args()
+    import numpy as np
+
+    from yatt.core.config import load_experiment
+    from yatt.exec import microbench as mb
+    from yatt.exec.rollout import EngineCore
+    from yatt.planner.profile_io import load_profile
+    from yatt.planner.profiled import cost_model_for
+
+    mb.prepare("cpu")
+    exp = load_experiment(ROOT / "configs" / "fidelity" / "short.yaml")
+    spec = exp.genrm
+    core = EngineCore(mb._engine_config(str(mb.model_path(spec)), True, 64, 0.5))
+    core.start()
+    rng = np.random.default_rng(0)
+    mb._add(core, "warm", mb._ids(16, spec.vocab, rng), OUTPUT)
+    mb._drain(core)
+    cost = cost_model_for(exp, load_profile(ROOT / "configs" / "profiles" / "cpu-local.yaml"))
+    runs = []
+    for rep in range(a.reps):
+        pending, n, steps = list(ARRIVALS), 0, []
+        t0 = time.perf_counter()
+        while pending or core.has_unfinished():
+            now = time.perf_counter() - t0
+            new = 0
+            while pending and pending[0][0] <= now:
+                for _ in range(pending.pop(0)[1]):
+                    mb._add(core, f"r{rep}-{n}", mb._ids(PROMPT, spec.vocab, rng), OUTPUT)
+                    n, new = n + 1, new + 1
+            if not core.has_unfinished():
+                time.sleep(0.0005)
+                continue
+            running = core.engine.get_num_unfinished_requests()
+            s = time.perf_counter()
+            core.engine.step()
+            steps.append({"at_s": now, "step_s": time.perf_counter() - s, "admitted": new,
+                          "running": running})
+        runs.append({"end_s": time.perf_counter() - t0, "steps": steps})
+    core.stop()
+    plain = [s for r in runs for s in r["steps"] if s["admitted"] == 0]
+    mixed = [s for r in runs for s in r["steps"] if s["admitted"] > 0]
+    # extra seconds per admitted request in a mixed step, over the profile's plain step
+    extra = [(s["step_s"] - cost.decode_step_time(spec, 1, s["running"], PROMPT)) / s["admitted"]
+             for s in mixed]
+    res = {
+        "arrivals": ARRIVALS, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
+        "end_s": [r["end_s"] for r in runs],
+        "steps_per_run": [len(r["steps"]) for r in runs],
+        "plain_step_s_median": statistics.median(s["step_s"] for s in plain),
+        "profile_plain_step_s": cost.decode_step_time(spec, 1, 8, PROMPT),
+        "mixed_extra_s_per_request_median": statistics.median(extra),
+        "profile_prefill_s_per_request": cost.prefill_time(spec, 1, PROMPT),
+        "runs": runs,
+    }
+    OUT.write_text(json.dumps(res, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
