@@ -24,6 +24,14 @@ Ray nices its workers to 15 by default; on a shared box every nice-0 process of 
 tenant then preempts the executor while the profile (a nice-0 process) was not, so
 `--niceness 0` (RAY_worker_niceness) puts both at the same priority.
 
+Host drift: a shared VM's speed changes between the profile's minutes and the run's
+(bench/host_speed.py). Before and after each run the bench times the profile's host probe
+(`microbench.host_probe`, 4 s each, nothing else running) and divides by the profile's
+`host_probe_s`: `host_ratio` > 1 means the host ran slower than when it was profiled.
+`drift_adjusted_err` (end to end and per phase) is the a-priori prediction times that ratio
+against the measurement: a diagnostic that separates the model's error from the host's
+drift, not a prediction (the ratio is only known after the run).
+
 It also reports whether the planner's preferred mode (best predicted step time over both
 modes) is the measured faster one in each workload.
 
@@ -53,6 +61,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 WORKLOADS = ("short", "longtail", "wide")
+PROBE_S = 4.0  # host probe before and after each run
 OUT = ROOT / "bench" / "results"
 RUNS = ROOT / "out" / "fidelity_runs"  # run directories (traces); not committed
 
@@ -193,11 +202,21 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     if reuse and (out / "trace.jsonl").is_file():
         trace = Trace.read_jsonl(out / "trace.jsonl")
         steps = trace.meta.steps
+        probe_file = out / "host_probe.json"
+        probe = json.loads(probe_file.read_text()) if probe_file.is_file() else []
+        wall = 0.0
     else:
+        from yatt.exec import microbench as mb
         from yatt.exec.runner import run_plan
 
+        probe = mb.host_probe(PROBE_S)
+        t0 = time.time()
         trace = run_plan(plan, steps=steps, out_dir=out, seed=seed, progress=False)
-    wall = time.time() - t0
+        wall = time.time() - t0
+        probe += mb.host_probe(PROBE_S)
+        (out / "host_probe.json").write_text(json.dumps(probe) + "\n")
+    base = profile.tables.host_probe_s if profile.tables else 0.0
+    ratio = statistics.median(probe) / base if probe and base > 0 else None
     meas = Trace(trace.meta, tuple(x for x in trace.samples if x.step >= 1),
                  tuple(x for x in trace.spans if x.step >= 1))
     rep = replay(meas, cost)
@@ -212,6 +231,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
         a = pri.get(ph, (0.0, 0.0))[1]
         phases[ph] = {"measured_s": round(m, 4), "replayed_s": round(r, 4), "predicted_s": round(a, 4),
                       "replay_err": round(_rel(r, m), 4), "predicted_err": round(_rel(a, m), 4),
+                      "drift_adjusted_err": None if ratio is None else round(_rel(a * ratio, m), 4),
                       "step_spread": spread.get(ph)}
     resp = [x.response_tokens for x in meas.samples]
     budget = exp.workload.response_len.mean()
@@ -232,6 +252,9 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "response_predicted_mean": round(statistics.fmean(sim_resp), 2) if sim_resp else 0.0,
             "startup_s": trace.meta.extra.get("startup_s"), "run_wall_s": round(wall, 1),
             "load_avg": None if reuse else round((load0 + os.getloadavg()[0]) / 2, 2),
+            "host_probe_s": round(statistics.median(probe), 6) if probe else None,
+            "host_ratio": None if ratio is None else round(ratio, 4),
+            "drift_adjusted_err": None if ratio is None else round(_rel(pred_step * ratio, meas_step), 4),
             "phases": phases}
 
 
@@ -319,6 +342,9 @@ def main(argv=None) -> dict:
         profiles = {n: profile for n in names}
     modes = [Mode(m) for m in args.modes.split(",") if m]
     apply_local_env(True)
+    if not args.reuse:
+        import torch
+        torch.set_num_threads(1)   # the host probe runs here, as `yatt profile` ran it
     if args.niceness is not None:  # must be set before Ray starts (the raylet reads it)
         os.environ["RAY_worker_niceness"] = str(args.niceness)
     started = False if args.reuse else ensure_ray(2, None, True)  # one session for every case
@@ -353,6 +379,8 @@ def main(argv=None) -> dict:
     phase_pred_errs = [abs(p["predicted_err"]) for p in big]
     spreads = [p["step_spread"] for p in big if p.get("step_spread") is not None]
     no_stop = [abs(c["budget_only_err"]) for c in cases if "budget_only_err" in c]
+    drift = [abs(c["drift_adjusted_err"]) for c in cases if c.get("drift_adjusted_err") is not None]
+    drift_ph = [abs(p["drift_adjusted_err"]) for p in big if p.get("drift_adjusted_err") is not None]
     res = {"profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
            else args.profile, "contention_source": source.value,
            "contention": {n: [dataclasses.asdict(c) for c in p.tables.contention]
@@ -370,6 +398,11 @@ def main(argv=None) -> dict:
            "phase_step_spread_median": round(statistics.median(spreads), 4) if spreads else None,
            "budget_only_median_abs_err": round(statistics.median(no_stop), 4) if no_stop else None,
            "budget_only_max_abs_err": round(max(no_stop), 4) if no_stop else None,
+           "host_ratios": [c.get("host_ratio") for c in cases],
+           "drift_adjusted_median_abs_err": round(statistics.median(drift), 4) if drift else None,
+           "drift_adjusted_max_abs_err": round(max(drift), 4) if drift else None,
+           "drift_adjusted_phase_median_abs_err": round(statistics.median(drift_ph), 4)
+           if drift_ph else None,
            "ray_worker_niceness": os.environ.get("RAY_worker_niceness", "ray default (15)"),
            "mode_choice_correct": all(c["correct"] for c in choices if c["counts"])}
     out = Path(args.out)
@@ -380,7 +413,9 @@ def main(argv=None) -> dict:
     print(f"fidelity: {len(cases)} cases, median |err| {res['median_abs_err']}, max |err| "
           f"{res['max_abs_err']} (replay median {res['replay_median_abs_err']}); per phase "
           f"median {res['phase_median_abs_err']} (step-to-step spread "
-          f"{res['phase_step_spread_median']}), mode choice "
+          f"{res['phase_step_spread_median']}); drift-adjusted median "
+          f"{res['drift_adjusted_median_abs_err']}, per phase "
+          f"{res['drift_adjusted_phase_median_abs_err']}; mode choice "
           f"correct: {res['mode_choice_correct']} -> {out}")
     return res
 

@@ -5,8 +5,11 @@ prediction, even calibrated. This replays one measured step's arrival pattern (t
 rollout-end times of `short/partial`, step 3: 32 judgments of 27 prompt tokens and 4
 output tokens, arriving in 10 groups over 0.118 s) into the real vLLM engine of the GenRM,
 in-process, with nothing else running, and logs every engine step: when it ran, how long it
-took, how many requests it admitted. It compares that with the profile's decode-step and
-prefill tables. With no Ray, queue or second engine involved, what is left is the engine.
+took, how many requests it admitted. It feeds the same arrivals to the simulator's engine
+(`yatt.sim.engine.GenEngine`, the profiled cost model, no contention) and compares the two
+end times, and each mixed step's extra cost (over the plain step after it) with the
+profile's join table. With no Ray, queue or second engine involved, what is left is the
+engine and its model.
 Writes bench/results/genrm_stream.json and prints a summary.
 Usage: .venv/bin/python bench/genrm_stream.py [--reps 3]
 """
@@ -26,6 +29,36 @@ OUT = ROOT / "bench" / "results" / "genrm_stream.json"
 ARRIVALS = [(0.026, 4), (0.045, 1), (0.061, 4), (0.069, 4), (0.078, 1), (0.087, 5),
             (0.098, 1), (0.110, 3), (0.113, 3), (0.118, 6)]
 PROMPT, OUTPUT = 27, 4
+
+
+def simulated_end(cost, spec, join: bool) -> float:
+    """When the simulator's engine finishes the same arrivals (`join`: price requests that
+    join a decoding batch with the join table, else with the idle-engine prefill)."""
+    import simpy
+
+    from yatt.sim.engine import GenEngine
+
+    n = sum(k for _, k in ARRIVALS)
+    inp, out = [PROMPT] * n, [OUTPUT] * n
+    pf = [cost.prefill_time(spec, 1, PROMPT)] * n
+    pj = [cost.prefill_join_time(spec, 1, PROMPT)] * n if join else None
+    env = simpy.Environment()
+    ends: list[float] = []
+    eng = GenEngine(env, (0,), spec, 1, cost, 10 ** 6, 64, inp, out, pf,
+                    lambda e, done, now: ends.extend([now] * len(done)), join_s=pj)
+
+    def feed():
+        i = 0
+        for at, k in ARRIVALS:
+            yield env.timeout(at - env.now)
+            for _ in range(k):
+                eng.submit(i)
+                i += 1
+        eng.close()
+
+    env.process(feed())
+    env.run()
+    return max(ends)
 
 
 def main() -> int:
@@ -71,18 +104,20 @@ def main() -> int:
         runs.append({"end_s": time.perf_counter() - t0, "steps": steps})
     core.stop()
     plain = [s for r in runs for s in r["steps"] if s["admitted"] == 0]
-    mixed = [s for r in runs for s in r["steps"] if s["admitted"] > 0]
-    # extra seconds per admitted request in a mixed step, over the profile's plain step
-    extra = [(s["step_s"] - cost.decode_step_time(spec, 1, s["running"], PROMPT)) / s["admitted"]
-             for s in mixed]
+    # extra seconds per admitted request of a mixed step, over the plain step right after it
+    extra = [(a["step_s"] - b["step_s"]) / a["admitted"] for r in runs
+             for a, b in zip(r["steps"], r["steps"][1:]) if a["admitted"] and not b["admitted"]]
     res = {
         "arrivals": ARRIVALS, "prompt_tokens": PROMPT, "output_tokens": OUTPUT,
         "end_s": [r["end_s"] for r in runs],
         "steps_per_run": [len(r["steps"]) for r in runs],
         "plain_step_s_median": statistics.median(s["step_s"] for s in plain),
         "profile_plain_step_s": cost.decode_step_time(spec, 1, 8, PROMPT),
-        "mixed_extra_s_per_request_median": statistics.median(extra),
+        "mixed_extra_s_per_request_median": statistics.median(extra) if extra else None,
         "profile_prefill_s_per_request": cost.prefill_time(spec, 1, PROMPT),
+        "profile_join_s_per_request": cost.prefill_join_time(spec, 1, PROMPT),
+        "simulated_end_s": simulated_end(cost, spec, join=True),
+        "simulated_end_s_without_join": simulated_end(cost, spec, join=False),
         "runs": runs,
     }
     OUT.write_text(json.dumps(res, indent=1) + "\n")

@@ -56,3 +56,10 @@ def test_check_runnable_rejects_clearly(demo_experiment):
     bad = demo_plan(dataclasses.replace(demo_experiment, workload=wl), Mode.PARTIAL)
     with pytest.raises(InputError, match="dynamic sampling"):
         check_runnable(bad, 1)
+
+
+def test_host_probe_samples_a_fixed_workload():
+    from yatt.exec import microbench as mb
+
+    xs = mb.host_probe(0.0)
+    assert len(xs) >= 3 and all(x > 0 for x in xs)

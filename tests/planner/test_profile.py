@@ -38,6 +38,10 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     assert len(actor.stop_len) == 8 and actor.stop_cap == exp.workload.response_len.upper()
     assert all(0 <= n <= actor.stop_cap for n in actor.stop_len)
     assert genrm.engine is not None and len(genrm.engine.decode) == 3
+    assert t.host_probe_s > 0       # the host's speed when profiled (bench/fidelity.py)
+    # one join point per engine: 2 requests admitted into 4 decoding ones
+    for m in (actor, genrm):
+        assert [j[:3] for j in m.engine.join] == [(4.0, 2.0, 24.0)] and m.engine.join[0][3] >= 0
     cost = cost_model_for(exp, prof)
     assert isinstance(cost, ProfiledCostModel)
     par = Parallel(1, 1, 1)

@@ -130,6 +130,8 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {models: {m: {stop_len: [3, 90], stop_cap: 64}}}", "stop_len[1]"),
     ("tables: {models: {m: {stop_len: [3]}}}", "stop_len[0]"),
     ("tables: {models: {m: {train_tp: [[1, 8, 32, 0.1]]}}}", "train_tp[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, join: [[4, 0, 24, 0.001]]}}}}",
+     "join[0]"),
 ])
 def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, body, needle):
     bad = tmp_path / "bad.yaml"
@@ -307,3 +309,27 @@ def test_measured_tp_scaling_replaces_the_analytic_one(exp):
     # a TP size the profile did not time keeps the analytic ratio
     assert cost.train_time(exp.actor, lens, Parallel(4, 1, 1)) == pytest.approx(
         base.train_time(exp.actor, lens, Parallel(4, 1, 1)))
+
+
+def _with_join(join) -> ProfileTables:
+    t = _tables()
+    m = dict(t.models)
+    m["tiny-genrm"] = dataclasses.replace(
+        m["tiny-genrm"], engine=dataclasses.replace(m["tiny-genrm"].engine, join=join))
+    return dataclasses.replace(t, models=m)
+
+
+def test_join_table_prices_requests_that_join_a_decoding_batch(exp, tmp_path):
+    # 1 ms per joining request plus 20 us per prompt token: recovered by the fit
+    join = tuple((float(r), float(k), float(p), k * (1e-3 + 2e-5 * p))
+                 for r, k, p in ((4, 1, 24), (4, 4, 24), (16, 8, 24), (8, 2, 64), (8, 8, 64)))
+    cost = cost_model_for(exp, Profile(tables=_with_join(join)))
+    g = exp.genrm
+    for p in (24, 40, 64):
+        assert cost.prefill_join_time(g, 1, p) == pytest.approx(1e-3 + 2e-5 * p, rel=0.02)
+    # no join table (the actor here): a joining request costs the idle-engine prefill
+    assert cost.prefill_join_time(exp.actor, 1, 40) == cost.prefill_time(exp.actor, 1, 40)
+    assert cost.prefill_join_time(g, 1, 0) == 0.0
+    prof = Profile(tables=_with_join(join))
+    save_profile(prof, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml") == prof

@@ -41,6 +41,9 @@ class EngineBench:
     stop_s: float                                   # teardown (EngineCore.stop)
     decode: tuple[tuple[int, int, float], ...]      # (batch, mean context, s per decode step)
     prefill: tuple[tuple[int, int, float], ...]     # (requests, prompt tokens each, s for the step)
+    # (running, new, prompt tokens each, s): a step admitting `new` requests into `running`
+    # decoding ones, minus the plain step right after it (all of them decoding)
+    join: tuple[tuple[int, int, int, float], ...] = ()
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -63,6 +66,31 @@ def prepare(device: str) -> bool:
         import torch
         torch.set_num_threads(1)
     return cpu
+
+
+def host_probe_once() -> float:
+    """Seconds of one fixed CPU workload: 100k pure-Python additions and 30 fp32 256x256
+    matmuls (one thread after `prepare`). The same code at profile time and at run time
+    tells how much faster or slower the host is now than when it was profiled."""
+    import torch
+
+    x = torch.ones(256, 256)
+    t0 = time.perf_counter()
+    s = 0
+    for i in range(100_000):
+        s += i
+    for _ in range(30):
+        x @ x
+    return time.perf_counter() - t0
+
+
+def host_probe(seconds: float) -> list[float]:
+    """`host_probe_once` repeated for about `seconds` (at least 3 samples)."""
+    out: list[float] = []
+    end = time.perf_counter() + seconds
+    while len(out) < 3 or time.perf_counter() < end:
+        out.append(host_probe_once())
+    return out
 
 
 def model_path(spec: ModelSpec, seed: int = 0) -> str:
@@ -185,8 +213,14 @@ def _drain(core) -> list[float]:
 def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: int,
                  mem_util: float, decode_points: Sequence[tuple[int, int]],
                  prefill_points: Sequence[tuple[int, int]], decode_steps: int, reps: int,
-                 restarts: int, rng, tick: Tick, keep: bool = False, passes: int = 1):
-    """Create/teardown times, decode step and prefill times of one model's engine.
+                 restarts: int, rng, tick: Tick, keep: bool = False, passes: int = 1,
+                 join_points: Sequence[tuple[int, int, int]] = ()):
+    """Create/teardown times, decode step, prefill and join times of one model's engine.
+
+    Join: streamed requests (a GenRM fed by rollouts, a rollout engine refilling its batch)
+    enter an engine that is already decoding, one to a few at a time, so their prefill
+    rides in a mixed step. Measured directly, because it costs several times what the
+    idle-engine prefill points imply per request (bench/genrm_stream.py).
 
     Returns (EngineBench, core): `core` is the live engine when `keep` (for the weight-sync
     benchmark), else None."""
@@ -228,12 +262,39 @@ def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: in
             per.append(sum(_drain(core)))
         return _median(per)
 
+    def join(point: tuple[int, int, int]) -> float:
+        running, new, plen = point
+        per = []
+        for _ in range(reps):
+            rids = []
+            for j in range(running):
+                rids.append(f"j{n[0]}")
+                _add(core, rids[-1], _ids(16, spec.vocab, rng), 64)
+                n[0] += 1
+            core.engine.step()      # prefills the running batch
+            core.engine.step()      # a plain decode step: now they are decoding
+            for j in range(new):
+                rids.append(f"j{n[0]}")
+                _add(core, rids[-1], _ids(plen, spec.vocab, rng), 64)
+                n[0] += 1
+            t0 = time.perf_counter()
+            core.engine.step()      # the mixed step
+            t1 = time.perf_counter()
+            core.engine.step()      # the plain step of all of them
+            t2 = time.perf_counter()
+            per.append((t1 - t0) - (t2 - t1))
+            core.engine.abort_request(rids)
+            _drain(core)
+        return _median(per)
+
     decode = [(b, c + decode_steps // 2, t) for (b, c), t in
               zip(decode_points, over_passes(decode_points, dec, passes))]
     tick(f"{spec.name}: decode, {len(decode_points)} points x {passes} passes")
     prefill = [(b, p, t) for (b, p), t in zip(prefill_points, over_passes(prefill_points, pre, passes))]
     tick(f"{spec.name}: prefill, {len(prefill_points)} points x {passes} passes")
-    bench = EngineBench(_median(starts), _median(stops), tuple(decode), tuple(prefill))
+    joined = [(r, k, p, t) for (r, k, p), t in zip(join_points, over_passes(join_points, join, passes))]
+    bench = EngineBench(_median(starts), _median(stops), tuple(decode), tuple(prefill),
+                        tuple(joined))
     if keep:
         return bench, core
     core.stop()

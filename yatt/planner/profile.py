@@ -37,6 +37,9 @@ class Points:
     decode: tuple[tuple[int, int], ...] = ((1, 16), (4, 16), (16, 16), (32, 16), (64, 16),
                                            (8, 64), (32, 64), (16, 128))
     prefill: tuple[tuple[int, int], ...] = ((1, 16), (1, 64), (8, 32), (32, 32), (16, 64))
+    # (running, new, prompt tokens): requests admitted into a decoding batch (streaming)
+    join: tuple[tuple[int, int, int], ...] = ((4, 1, 24), (4, 4, 24), (16, 1, 24), (16, 8, 24),
+                                             (8, 2, 64), (8, 8, 64))
     decode_steps: int = 8
     reps: int = 3
     restarts: int = 3
@@ -55,13 +58,16 @@ class Points:
     # choices that fit their clusters (at most MAX_TP_MEASURED); () = skip
     tp: Optional[tuple[int, ...]] = None
     tp_points: tuple[tuple[int, int], ...] = ((8, 32), (16, 64), (4, 128))
+    # seconds of the host-speed probe at the start, middle and end of a profile
+    host_probe_s: float = 3.0
 
     @classmethod
     def quick(cls) -> "Points":
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
+                   join=((4, 2, 24),),
                    decode_steps=4, reps=1, restarts=1, rpc_reps=5, ray=False, contention=(),
-                   stop_samples=8, passes=1, tp=())
+                   stop_samples=8, passes=1, tp=(), host_probe_s=0.3)
 
     def busy_counts(self, exps: Sequence[Experiment], device: str) -> tuple[int, ...]:
         """Busy-device counts the contention benchmark measures (none on GPUs)."""
@@ -96,7 +102,14 @@ MAX_TP_MEASURED = 4
 def _engine_table(bench) -> EngineTable:
     return EngineTable(start_s=round(bench.start_s, 4), stop_s=round(bench.stop_s, 4),
                        decode=tuple((float(b), float(c), round(t, 6)) for b, c, t in bench.decode),
-                       prefill=tuple((float(n), float(p), round(t, 6)) for n, p, t in bench.prefill))
+                       prefill=tuple((float(n), float(p), round(t, 6)) for n, p, t in bench.prefill),
+                       join=tuple((float(r), float(k), float(p), round(max(0.0, t), 6))
+                                  for r, k, p, t in bench.join))
+
+
+def _joins(points, max_num_seqs: int) -> tuple[tuple[int, int, int], ...]:
+    """The join points that fit the engine's batch limit."""
+    return tuple(p for p in points if p[0] + p[1] <= max_num_seqs)
 
 
 # the executor's engines hold 512 tokens (runner.py); leave room for the prompt
@@ -155,7 +168,8 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                                   mem_util=eng.gpu_memory_utilization, decode_points=decode,
                                   prefill_points=pts.prefill, decode_steps=pts.decode_steps,
                                   reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
-                                  keep=True, passes=pts.passes)
+                                  keep=True, passes=pts.passes,
+                                  join_points=_joins(pts.join, eng.max_num_seqs))
     sd_s, state = tb.state_dict_time(pts.reps)
     upd_s = mb.weight_update_time(core, state, pts.reps)
     core.stop()
@@ -177,7 +191,8 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                                 mem_util=eng.gpu_memory_utilization, decode_points=gdecode,
                                 prefill_points=pts.prefill, decode_steps=pts.decode_steps,
                                 reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
-                                passes=pts.passes)
+                                passes=pts.passes,
+                                join_points=_joins(pts.join, eng.genrm_max_num_seqs))
     return ModelTables(engine=_engine_table(gbench))
 
 
@@ -239,9 +254,11 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     actors, genrms = models_to_measure(exps)
+    probe = mb.host_probe(pts.host_probe_s)
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed,
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
+    probe += mb.host_probe(pts.host_probe_s)
     for e in actors:   # after the in-process tables: this starts (and stops) a Ray session
         tps = pts.tp_sizes(exps, e.actor.name)
         if tps:
@@ -256,9 +273,11 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
                               pts.contention_rounds, tick, seed)
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
+    probe += mb.host_probe(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
-                           transfer=tuple((float(b), round(t, 6)) for b, t in moved))
+                           transfer=tuple((float(b), round(t, 6)) for b, t in moved),
+                           host_probe_s=round(statistics.median(probe), 6))
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,

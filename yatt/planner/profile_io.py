@@ -24,7 +24,8 @@ the same small YAML file, so every consumer reads one format:
           stop_cap: 64
           engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
                    decode: [[batch, mean_ctx, s_per_step], ...],
-                   prefill: [[requests, tokens_each, s_for_the_step], ...]}
+                   prefill: [[requests, tokens_each, s_for_the_step], ...],
+                   join: [[running, new, tokens_each, extra_s], ...]}   # optional
 
 Files without `tables` keep meaning what they meant (an analytic model with these
 efficiencies); `yatt.planner.profiled.cost_model_for` picks the model from the file.
@@ -61,10 +62,17 @@ class EngineTable:
     stop_s: float = spec_field(ge=0, help="tear the engine down")
     decode: tuple[Point, ...] = spec_field(default=(), help="(batch, mean context, s per step)")
     prefill: tuple[Point, ...] = spec_field(default=(), help="(requests, tokens each, s for the step)")
+    join: tuple[tuple[float, float, float, float], ...] = spec_field(
+        default=(), help="(running, new, tokens each, s): what a step that admits `new` requests "
+                         "into `running` decoding ones costs beyond the plain step after it")
 
     def __post_init__(self) -> None:
         _check_points(self.decode, "decode")
         _check_points(self.prefill, "prefill")
+        for i, p in enumerate(self.join):
+            if len(p) != 4 or p[0] < 1 or p[1] < 1 or p[2] < 1 or p[3] < 0:
+                raise InputError(f"got {list(p)}; allowed: [running >= 1, new >= 1, tokens >= 1, "
+                                 f"seconds >= 0]", field=f"join[{i}]")
 
 
 @dataclass(frozen=True)
@@ -128,6 +136,9 @@ class ProfileTables:
     contention_load_avg: float = spec_field(0.0, ge=0, help="load average while measuring contention")
     transfer: tuple[tuple[float, float], ...] = spec_field(
         default=(), help="(bytes, s): a state dict through the Ray object store, beyond the round trip")
+    host_probe_s: float = spec_field(
+        0.0, ge=0, help="median of `microbench.host_probe_once` while profiling (the host's "
+                        "speed then; 0 = not measured)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

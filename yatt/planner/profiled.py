@@ -12,6 +12,9 @@ points and extrapolates along the roofline's form:
   reference pass  t = c_seq*sequences + c1*tokens + c2*sum(s^2)   (one forward per sequence)
   decode step     t = a0 + a1*batch + a2*batch*mean_ctx
   prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
+  join            t = j0 + j1*tokens + j2*tokens^2 per request admitted into a batch that is
+                  already decoding (a mixed step; `yatt.sim.simulate.JoinCost`), from the
+                  profile's join table; the idle-engine prefill fit where there is none
   switches        engines: measured teardown / re-create; trainer and reference: resident
                   on CPU (the executor keeps them in memory; see README "Sim-to-real")
   weight sync     measured state-dict gather + engine update, plus the round trips and
@@ -108,7 +111,7 @@ class _Fits:
                              [x for _, _, x in t.logprob]) if t.logprob else None)
         e: Optional[EngineTable] = t.engine
         self.engine = e
-        self.decode = self.prefill = None
+        self.decode = self.prefill = self.join = None
         if e is not None and e.decode:
             self.decode = _fit([np.array([1.0, b, b * c]) for b, c, _ in e.decode],
                                [x for _, _, x in e.decode])
@@ -117,6 +120,10 @@ class _Fits:
                 resid = [x - self._step(n, p) for n, p, x in e.prefill]
                 self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid,
                                     [x for _, _, x in e.prefill])
+        if e is not None and e.join:
+            # measured as the mixed step minus the plain step after it: already an extra
+            self.join = _fit([np.array([k, k * p, k * p * p]) for _, k, p, _ in e.join],
+                             [x for _, _, _, x in e.join])
         self.weight_sync_s = t.weight_sync_s
         self.train_tp = t.train_tp
 
@@ -212,6 +219,16 @@ class ProfiledCostModel:
             return 0.0
         p1, p2 = f.prefill
         return p1 * tokens + p2 * tokens * tokens
+
+    def prefill_join_time(self, model: ModelSpec, tp: int, tokens: int) -> float:
+        """A request's prefill when it joins a batch that is already decoding."""
+        f = self._engine_fit(model, tp)
+        if f is None or f.join is None:
+            return self.prefill_time(model, tp, tokens)
+        if tokens <= 0:
+            return 0.0
+        j0, j1, j2 = f.join
+        return j0 + j1 * tokens + j2 * tokens * tokens
 
     def decode_step_time(self, model: ModelSpec, tp: int, batch: int, mean_ctx: float) -> float:
         f = self._engine_fit(model, tp)

@@ -11,7 +11,8 @@ engine's KV capacity. Reserving the final footprint means no preemption is model
 engine with an empty batch always admits one request (a request longer than the KV
 capacity is not refused). Each admitted request's prefill (`cost.prefill_time` per
 request, since attention cost is per sequence) is paid at the start of the next decode
-interval, before its decode steps. Each request then needs `max(1, output)` decode steps.
+interval, before its decode steps. A request admitted while others are decoding pays its
+`join_s` instead (a mixed prefill+decode step; `simulate.JoinCost`), when one is given. Each request then needs `max(1, output)` decode steps.
 
 An arrival that finds room while the engine is decoding interrupts the interval: progress
 first pays any prefill still owed, then is credited pro rata in whole decode steps (the
@@ -39,10 +40,12 @@ class GenEngine:
     def __init__(self, env: simpy.Environment, devices: tuple[int, ...], model: ModelSpec, tp: int,
                  cost: CostModel, kv_cap: int, max_seqs: int, in_tokens: Sequence[int],
                  out_tokens: Sequence[int], prefill_s: Sequence[float], on_done: DoneFn,
-                 on_admit: Optional[Callable[[int], None]] = None) -> None:
+                 on_admit: Optional[Callable[[int], None]] = None,
+                 join_s: Optional[Sequence[float]] = None) -> None:
         self.env, self.devices, self.model, self.tp, self.cost = env, devices, model, tp, cost
         self.kv_cap, self.max_seqs = kv_cap, max_seqs
         self.inp, self.out, self.pf = in_tokens, out_tokens, prefill_s
+        self.pj = prefill_s if join_s is None else join_s
         self.on_done, self.on_admit = on_done, on_admit
         self.on_drop: Optional[Callable[["GenEngine"], None]] = None  # outstanding went down
         self.router_index = 0
@@ -91,7 +94,7 @@ class GenEngine:
     def _admit(self) -> int:
         heap, waiting, S = self.heap, self.waiting, self.S
         inp, out = self.inp, self.out
-        pfs = self.pf
+        pfs = self.pj if heap else self.pf   # joining a decoding batch, or an idle engine
         pf = 0.0
         tokens = n = 0
         while waiting and len(heap) < self.max_seqs:

@@ -22,7 +22,7 @@ from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 import simpy
 
-from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role, SampleRecord,
+from yatt.core import (CostModel, InputError, ModelSpec, Phase, Plan, RewardSource, Role, SampleRecord,
                        SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
@@ -42,6 +42,17 @@ class StreamCost(Protocol):
     cost model without this method streams for free."""
 
     def stream_handoff_time(self, items: int) -> float: ...
+
+
+@runtime_checkable
+class JoinCost(Protocol):
+    """Optional cost-model extension: a request's prefill when it joins a batch that is
+    already decoding (its prefill rides in a mixed step). On vLLM-CPU such a step costs
+    several times the idle-engine prefill per request (bench/genrm_stream.py), and streamed
+    requests (GenRM in partial colocate) nearly always join. A cost model without it
+    charges `prefill_time` either way."""
+
+    def prefill_join_time(self, model: ModelSpec, tp: int, tokens: int) -> float: ...
 
 
 def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, steps: int = 1,
@@ -94,7 +105,7 @@ class _Run:
         self.samples: list[SampleRecord] = []
         self.spans: list[SpanRecord] = []
         self.extra: list[dict] = []
-        self._pf_memo: dict[Role, dict[int, float]] = {}
+        self._pf_memo: dict[tuple[Role, bool], dict[int, float]] = {}
 
     def _kv(self, role: Role, util: float) -> int:
         pl = self.plan.placement(role)
@@ -106,11 +117,13 @@ class _Run:
                              field=f"placements.{role.value}.tp")
         return kv
 
-    def prefill_times(self, role: Role, tokens: list[int]) -> list[float]:
-        """Per-request prefill times, one cost-model call per distinct length (memoized)."""
+    def prefill_times(self, role: Role, tokens: list[int], join: bool = False) -> list[float]:
+        """Per-request prefill times (`join`: into a decoding batch), one cost-model call
+        per distinct length (memoized)."""
         pl = self.plan.placement(role)
-        model, tp, fn = self.plan.model_for(role), pl.tp, self.cost.prefill_time
-        memo = self._pf_memo.setdefault(role, {})
+        model, tp = self.plan.model_for(role), pl.tp
+        fn = self.cost.prefill_join_time if join else self.cost.prefill_time
+        memo = self._pf_memo.setdefault((role, join), {})
         out = []
         for x in tokens:
             t = memo.get(x)
@@ -162,11 +175,14 @@ class _Step:
         inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
         phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
         pf = self.run.prefill_times(role, inp)
+        pj = self.run.prefill_times(role, inp, join=True) if isinstance(self.cost, JoinCost) else None
         cost = engine_cost(self.cost, phase, busy)
         if cost is not self.cost:
             pf = [cost.factor * x for x in pf]
+            pj = None if pj is None else [cost.factor * x for x in pj]
         engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
-                             self.run.max_seqs[role], inp, out, pf, on_done) for g in pl.groups()]
+                             self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj)
+                   for g in pl.groups()]
         return Router(env, engines, capacity)
 
     def _engine_spans(self, router: Router, role: Role, label: str) -> None:
