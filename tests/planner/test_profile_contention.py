@@ -46,3 +46,18 @@ def test_tp_group_train_times():
     got = mbr.tp_train_times(exp.actor, mb.model_path(exp.actor), "cpu", 2, ((4, 16), (2, 32)),
                              reps=1, passes=1)
     assert len(got) == 2 and all(t > 0 for t in got)
+
+
+@pytest.mark.slow
+def test_stream_handoff_is_timed_on_a_real_engine_actor():
+    """The executor's engine actor streaming to a Ray queue, against generating alone."""
+    pytest.importorskip("vllm")
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    mb.prepare("cpu")
+    ticks = []
+    s = mbr.handoff_time(mb.model_path(exp.actor), exp.actor.vocab, reps=2, requests=8,
+                         tick=ticks.append)
+    assert 0.0 <= s < 0.1 and ticks == ["stream hand-off"]

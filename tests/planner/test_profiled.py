@@ -333,3 +333,20 @@ def test_join_table_prices_requests_that_join_a_decoding_batch(exp, tmp_path):
     prof = Profile(tables=_with_join(join))
     save_profile(prof, tmp_path / "p.yaml")
     assert load_profile(tmp_path / "p.yaml") == prof
+
+
+def test_measured_handoff_slows_the_streaming_rollout(exp):
+    from yatt.core import Mode, Phase
+    from yatt.sim import make_plan, simulate
+    from yatt.sim.simulate import StreamCost
+
+    free = cost_model_for(exp, Profile(tables=_tables()))
+    slow = cost_model_for(exp, Profile(tables=dataclasses.replace(_tables(), handoff_s=0.05)))
+    assert isinstance(slow, StreamCost) and slow.stream_handoff_time(3) == 0.05
+    assert free.stream_handoff_time(3) == 0.0
+    plan = make_plan(exp, Mode.PARTIAL, rollout_devices=1)
+
+    def rollout(cost):
+        return sum(s.duration for s in simulate(plan, exp.workload, cost, 0).spans
+                   if s.phase is Phase.ROLLOUT)
+    assert rollout(slow) > rollout(free) + 0.05

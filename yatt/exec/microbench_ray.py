@@ -87,6 +87,68 @@ def ray_times(reps: int, payload_bytes: Sequence[int] = (), tick: Optional[Tick]
         return rpc, tuple(moved)
 
 
+# ---- streaming hand-off --------------------------------------------------------------------
+def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: int = 0,
+                 tick: Optional[Tick] = None) -> float:
+    """Seconds one streamed batch costs the rollout engine that hands it off (per put).
+
+    In partial colocate the executor's rollout engine puts each engine step's finished
+    results on a Ray queue (`EngineServer.generate(..., sink=queue)`) while it steps on; the
+    put does not block it, but serialising and sending it runs in the engine's process, on
+    the engine's core. Measured as the executor runs it: one engine actor generates the same
+    `requests` (13-token prompts, 4-16 new tokens) alone and streaming to a queue that a
+    second actor drains, paired and alternating, `reps` times; the result is the median over
+    pairs of (streaming - alone) / puts. Starts and stops a local Ray session."""
+    import numpy as np
+    import ray
+    from ray.util.queue import Queue
+
+    from .rollout import EngineServer, GenRequest, engine_actor_class
+
+    with local_ray():
+        @ray.remote(num_cpus=0)
+        class _Drain:
+            async def run(self, queue, n: int) -> int:
+                got = puts = 0
+                while got < n:
+                    got += len(await queue.get_async())
+                    puts += 1
+                return puts
+
+        cfg = _engine_config(hf_path, True, max_num_seqs=max(64, requests), mem_util=0.5)
+        eng = engine_actor_class(EngineServer).options(num_cpus=0).remote(cfg)
+        drain = _Drain.remote()
+        ray.get(eng.acquire.remote())
+        rng = np.random.default_rng(seed)
+
+        def batch(k: int) -> list:
+            return [GenRequest(key=i, prompt_ids=_ids(13, vocab, rng),
+                               max_tokens=int(rng.integers(4, 17)), temperature=1.0,
+                               seed=10_000 * k + i) for i in range(requests)]
+
+        warm = Queue()   # warm-up: the engine, the drain actor's process and the streaming path
+        ray.get([eng.generate.remote(batch(0), sink=warm), drain.run.remote(warm, requests)])
+        ray.kill(warm.actor)
+        per = []
+        for k in range(1, reps + 1):
+            reqs = batch(k)
+            queue = Queue()
+            ray.get(queue.actor.qsize.remote())   # the queue actor is up before timing
+            t0 = time.perf_counter()
+            ray.get(eng.generate.remote(reqs))
+            alone = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            _, puts = ray.get([eng.generate.remote(reqs, sink=queue), drain.run.remote(queue, requests)])
+            streaming = time.perf_counter() - t0
+            per.append((streaming - alone) / max(1, puts))
+            ray.kill(queue.actor)
+        ray.kill(eng)
+        ray.kill(drain)
+        if tick:
+            tick("stream hand-off")
+        return max(0.0, _median(per))
+
+
 # ---- host contention -----------------------------------------------------------------------
 CONTENTION_OPS = ("offload", "reload", "decode", "logprob", "train")
 

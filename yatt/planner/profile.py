@@ -44,6 +44,7 @@ class Points:
     reps: int = 3
     restarts: int = 3
     rpc_reps: int = 50
+    handoff_reps: int = 9       # paired (alone, streaming) generate calls for the hand-off
     ray: bool = True
     # host contention (CPU only): busy-device counts to measure; None = 2 .. the largest
     # cluster among the experiments (at most MAX_CONTENTION_BUSY); () = skip
@@ -88,11 +89,12 @@ class Points:
                              and e.actor.check_tp(t) is None}))
 
     def ticks(self, actors: int, genrms: int, busy: int = 0, tps: int = 0) -> int:
-        """Progress ticks of a profile (`tps`: TP groups timed, over all actors)."""
+        """Progress ticks of a profile (`tps`: TP groups timed, over all actors; a GenRM
+        adds the stream hand-off)."""
         per_engine = 1 + self.restarts + 2
         per_actor = 4 + max(1, self.passes) + per_engine
         return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 2 * actors)
-                + (busy + 1 if busy else 0) + tps)
+                + int(self.ray and genrms > 0) + (busy + 1 if busy else 0) + tps)
 
 
 MAX_CONTENTION_BUSY = 4
@@ -268,6 +270,9 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
     rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
     rpc = round(rpc, 6)
+    streams = pts.ray and any(e.genrm is not None for e in exps)
+    handoff = (mbr.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
+                                pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
     c_load0 = os.getloadavg()[0]
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
@@ -277,6 +282,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
                            transfer=tuple((float(b), round(t, 6)) for b, t in moved),
+                           handoff_s=round(handoff, 6),
                            host_probe_s=round(statistics.median(probe), 6))
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too

@@ -136,6 +136,9 @@ class ProfileTables:
     contention_load_avg: float = spec_field(0.0, ge=0, help="load average while measuring contention")
     transfer: tuple[tuple[float, float], ...] = spec_field(
         default=(), help="(bytes, s): a state dict through the Ray object store, beyond the round trip")
+    handoff_s: float = spec_field(
+        0.0, ge=0, help="what one streamed batch (a queue put) costs the rollout engine that "
+                        "hands it to the GenRM (0 = not measured)")
     host_probe_s: float = spec_field(
         0.0, ge=0, help="median of `microbench.host_probe_once` while profiling (the host's "
                         "speed then; 0 = not measured)")

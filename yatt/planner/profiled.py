@@ -20,9 +20,9 @@ points and extrapolates along the roofline's form:
   weight sync     measured state-dict gather + engine update, plus the round trips and
                   the state dict's trip through Ray's object store (`tables.transfer`,
                   linear in bytes; fp32 weights), which the in-process numbers lack
-  streaming       free: the executor's rollout engine hands finished batches to the GenRM
-                  queue without waiting for the put (`exec.rollout`), so this model does
-                  not implement `yatt.sim.simulate.StreamCost`
+  streaming       the measured cost of one queue put to the rollout engine that makes it
+                  (`tables.handoff_s`; `yatt.sim.simulate.StreamCost`): the engine does not
+                  wait for the put, but its serialisation runs on the engine's core
   contention      several devices of one host busy at once (CPU): each phase runs the
                   measured ratio slower (`tables.contention`, `yatt.sim.contention`);
                   linear in the busy count between measured counts, flat beyond the largest
@@ -269,6 +269,10 @@ class ProfiledCostModel:
         if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
             return f.engine.start_s + self.tables.rpc_s
         return self.analytic.reload_time(model, role, par, release)
+
+    def stream_handoff_time(self, items: int) -> float:
+        """What one streamed batch costs the rollout engine (`StreamCost`; measured)."""
+        return self.tables.handoff_s
 
     def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,
                          rollout_engines: int, cross_node: bool) -> float:

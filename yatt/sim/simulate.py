@@ -35,11 +35,12 @@ from .trainer import rank_phase, split, train_epochs
 
 @runtime_checkable
 class StreamCost(Protocol):
-    """Optional cost-model extension: seconds a rollout engine is blocked handing one batch
-    of finished requests to the GenRM queue when streaming (partial colocate), for
-    executors whose engines wait for each queue put. yatt's own engines do not wait (the
-    puts run while the engine steps on), so the profiled model does not implement it; a
-    cost model without this method streams for free."""
+    """Optional cost-model extension: seconds a rollout engine loses handing one batch of
+    finished requests to the GenRM queue when streaming (partial colocate). yatt's engines
+    do not wait for the put, but serialising and sending it runs on the engine's own core
+    (measured by `yatt profile`: `tables.handoff_s`); an executor whose engines block on
+    each put would charge the whole round trip. A cost model without this method streams
+    for free."""
 
     def stream_handoff_time(self, items: int) -> float: ...
 
