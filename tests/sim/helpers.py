@@ -23,3 +23,14 @@ def workload(prompts=16, k=4, ds=False, p_equal=0.0, rounds=3, resp=200, sigma=0
 def experiment(w, genrm=GENRM_BIG, nodes=1, gpn=8, engine=EngineSpec(), algo=AlgoSpec()):
     return Experiment("t", ClusterSpec(GPU, nodes=nodes, gpus_per_node=gpn), ACTOR, w,
                       genrm=genrm, algo=algo, engine=engine)
+
+
+def partial_pair(cost_a, cost_b, seed: int = 3):
+    """The same partial-colocate step (8 prompts x 4, rollout on 4 of 8 devices) simulated
+    under two cost models: for tests of optional cost-model extensions."""
+    from yatt.core import Mode
+    from yatt.sim import make_plan, simulate
+
+    w = workload(8, 4, resp=100)
+    part = make_plan(experiment(w), Mode.PARTIAL, rollout_devices=4)
+    return simulate(part, w, cost_a, seed), simulate(part, w, cost_b, seed)

@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakecost import FakeCostModel
-from helpers import experiment, workload
+from helpers import experiment, partial_pair, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
 from yatt.sim.simulate import JoinCost
@@ -36,12 +36,9 @@ def _busy(tr, phase):
 
 
 def test_streamed_genrm_requests_pay_the_join_cost():
-    w = workload(8, 4, resp=100)
-    exp = experiment(w)
     free, pricey = FakeCostModel(), JoinPricey()
     assert isinstance(pricey, JoinCost) and not isinstance(free, JoinCost)
-    part = make_plan(exp, Mode.PARTIAL, rollout_devices=4)
-    a, b = simulate(part, w, free, 3), simulate(part, w, pricey, 3)
+    a, b = partial_pair(free, pricey)
     assert _busy(b, Phase.GENRM) > _busy(a, Phase.GENRM) + 0.05
     assert sorted(s.sample_id for s in b.samples) == sorted(s.sample_id for s in a.samples)
 

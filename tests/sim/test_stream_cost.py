@@ -3,7 +3,7 @@ batch it hands to the GenRM queue (partial colocate). Colocate does not stream."
 from dataclasses import dataclass
 
 from fakecost import FakeCostModel
-from helpers import experiment, workload
+from helpers import experiment, partial_pair, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
 from yatt.sim.simulate import StreamCost
@@ -22,13 +22,11 @@ def _rollout_busy(tr):
 
 
 def test_handoff_slows_partial_rollout_only():
-    w = workload(8, 4, resp=100)
-    exp = experiment(w)
     free, slow = FakeCostModel(), HandoffCost()
     assert isinstance(slow, StreamCost) and not isinstance(free, StreamCost)
-    part = make_plan(exp, Mode.PARTIAL, rollout_devices=4)
-    a, b = simulate(part, w, free, 3), simulate(part, w, slow, 3)
+    a, b = partial_pair(free, slow)
     assert _rollout_busy(b) > _rollout_busy(a) + 0.5
     assert len(b.samples) == len(a.samples)
-    col = make_plan(exp, Mode.COLOCATE)
+    w = workload(8, 4, resp=100)
+    col = make_plan(experiment(w), Mode.COLOCATE)
     assert simulate(col, w, free, 3).step_times() == simulate(col, w, slow, 3).step_times()
