@@ -219,8 +219,8 @@ def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: in
 
     Join: streamed requests (a GenRM fed by rollouts, a rollout engine refilling its batch)
     enter an engine that is already decoding, one to a few at a time, so their prefill
-    rides in a mixed step. Measured directly, because it costs several times what the
-    idle-engine prefill points imply per request (bench/genrm_stream.py).
+    rides in a mixed prefill+decode step. Measured directly (the mixed step minus the plain
+    step after it) rather than inferred from the idle-engine prefill points.
 
     Returns (EngineBench, core): `core` is the live engine when `keep` (for the weight-sync
     benchmark), else None."""

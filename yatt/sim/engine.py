@@ -12,7 +12,8 @@ engine with an empty batch always admits one request (a request longer than the 
 capacity is not refused). Each admitted request's prefill (`cost.prefill_time` per
 request, since attention cost is per sequence) is paid at the start of the next decode
 interval, before its decode steps. A request admitted while others are decoding pays its
-`join_s` instead (a mixed prefill+decode step; `simulate.JoinCost`), when one is given. Each request then needs `max(1, output)` decode steps.
+`join_s` instead (a mixed prefill+decode step; `simulate.JoinCost`), when one is given.
+Each request then needs `max(1, output)` decode steps.
 
 An arrival that finds room while the engine is decoding interrupts the interval: progress
 first pays any prefill still owed, then is credited pro rata in whole decode steps (the

@@ -22,8 +22,8 @@ from typing import Optional, Protocol, Sequence, runtime_checkable
 import numpy as np
 import simpy
 
-from yatt.core import (CostModel, InputError, ModelSpec, Phase, Plan, RewardSource, Role, SampleRecord,
-                       SpanRecord, Trace, TraceMeta, TraceSource, Workload)
+from yatt.core import (CostModel, InputError, ModelSpec, Phase, Plan, RewardSource, Role,
+                       SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
 
@@ -48,10 +48,10 @@ class StreamCost(Protocol):
 @runtime_checkable
 class JoinCost(Protocol):
     """Optional cost-model extension: a request's prefill when it joins a batch that is
-    already decoding (its prefill rides in a mixed step). On vLLM-CPU such a step costs
-    several times the idle-engine prefill per request (bench/genrm_stream.py), and streamed
-    requests (GenRM in partial colocate) nearly always join. A cost model without it
-    charges `prefill_time` either way."""
+    already decoding (its prefill rides in a mixed prefill+decode step). Streamed requests
+    (a GenRM in partial colocate) nearly always join; a batch entering an idle engine does
+    not. `yatt profile` measures it (`engine.join`). A cost model without it charges
+    `prefill_time` either way."""
 
     def prefill_join_time(self, model: ModelSpec, tp: int, tokens: int) -> float: ...
 
