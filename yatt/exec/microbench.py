@@ -17,8 +17,10 @@ over passes: a shared VM's vCPUs flip between a fast and a ~1.45x slower state e
 seconds (bench/results/host_speed.json), and back-to-back repetitions of one point can all
 land in the rarer fast state.
 
-GPU (`device="cuda"`): the same calls with `cpu=False` engines and a CUDA trainer. That path
-is written but UNTESTED here (this project's CI has no GPU); it is marked `# GPU path`.
+GPU (`device="cuda"`): the same calls with `cpu=False` engines and a CUDA trainer. The
+trainer half ran on an H200 (`tests/exec/test_trainer.py::test_cuda_trainer_matches_cpu`,
+`bench/gpu_probe.py`); the engine half has never run on a GPU (the GPU machine has no
+vLLM) and is marked `# GPU path`. CI has no GPU.
 """
 from __future__ import annotations
 
