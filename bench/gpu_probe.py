@@ -103,7 +103,7 @@ def derive(res: dict) -> dict:
     if "h2d pinned" in host:
         out["host_link_gbps"] = min(host["h2d pinned"], host["d2h pinned"])
     tr = res.get("train") or []
-    if tr and mm:
+    if tr:
         out["train_model_tflops"] = {f"{r['precision']} b{r['batch']}s{r['seq']}": r["tflops"]
                                      for r in tr}
     dec = res.get("decode") or {}

@@ -42,19 +42,9 @@ def probes():
     rng = np.random.default_rng(0)
     x = torch.randn(256, 256)
 
-    def python() -> float:
-        t0, s = time.perf_counter(), 0
-        for i in range(300_000):
-            s += i
-        return time.perf_counter() - t0
-
-    def matmul() -> float:
-        t0 = time.perf_counter()
-        for _ in range(100):
-            x @ x
-        return time.perf_counter() - t0
-
-    return {"train": lambda: tb.step_time(16, 32, 3, rng), "python": python, "matmul": matmul}
+    return {"train": lambda: tb.step_time(16, 32, 3, rng),
+            "python": lambda: mb.python_loop_time(300_000),
+            "matmul": lambda: mb.matmul_loop_time(x, 100)}
 
 
 def summarize(xs: list[float]) -> dict:

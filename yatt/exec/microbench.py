@@ -70,20 +70,29 @@ def prepare(device: str) -> bool:
     return cpu
 
 
+def python_loop_time(n: int) -> float:
+    """Seconds of `n` pure-Python additions (a host-speed probe)."""
+    t0, s = time.perf_counter(), 0
+    for i in range(n):
+        s += i
+    return time.perf_counter() - t0
+
+
+def matmul_loop_time(x, k: int) -> float:
+    """Seconds of `k` products `x @ x` (a host-speed probe; one thread after `prepare`)."""
+    t0 = time.perf_counter()
+    for _ in range(k):
+        x @ x
+    return time.perf_counter() - t0
+
+
 def host_probe_once() -> float:
     """Seconds of one fixed CPU workload: 100k pure-Python additions and 30 fp32 256x256
     matmuls (one thread after `prepare`). The same code at profile time and at run time
     tells how much faster or slower the host is now than when it was profiled."""
     import torch
 
-    x = torch.ones(256, 256)
-    t0 = time.perf_counter()
-    s = 0
-    for i in range(100_000):
-        s += i
-    for _ in range(30):
-        x @ x
-    return time.perf_counter() - t0
+    return python_loop_time(100_000) + matmul_loop_time(torch.ones(256, 256), 30)
 
 
 def host_probe(seconds: float) -> list[float]:
