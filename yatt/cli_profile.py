@@ -61,7 +61,8 @@ def profile_command(args: argparse.Namespace) -> int:
     with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   disable=args.no_progress) as bar:
-        tps = sum(len(pts.tp_sizes(exps, e.actor.name)) for e in actors)
+        tps = sum(len(pts.tp_sizes(exps, e.actor.name)) + len(pts.dp_sizes(exps, e.actor.name))
+                  for e in actors)
         task = bar.add_task("starting", total=pts.ticks(len(actors), len(genrms),
                                                         len(pts.busy_counts(exps, args.device)),
                                                         tps))

@@ -43,7 +43,7 @@ def test_tp_group_train_times():
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     mb.prepare("cpu")
-    got = mbr.tp_train_times(exp.actor, mb.model_path(exp.actor), "cpu", 2, ((4, 16), (2, 32)),
+    got = mbr.group_train_times(exp.actor, mb.model_path(exp.actor), "cpu", 2, ((4, 16), (2, 32)),
                              reps=1, passes=1)
     assert len(got) == 2 and all(t > 0 for t in got)
 

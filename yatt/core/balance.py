@@ -9,6 +9,9 @@ its sequences. Every index appears in exactly one bin. `naive`, `greedy` (LPT) a
 `karmarkar_karp` (LDM) are the raw algorithms; `partition` applies the policies in
 `POLICIES`, where GREEDY and KK keep the best of their candidates so that, by max load,
 KK <= GREEDY <= NAIVE always holds (see `guarded_greedy`).
+
+`group_consecutive` is the padded packing the trainer's micro-batches and the reference
+worker's forwards use; it lives here so the profiled cost model charges the same padding.
 """
 from __future__ import annotations
 
@@ -19,6 +22,28 @@ from typing import Callable, Sequence
 from .roles import BalanceCost, BalancePolicy
 
 Partition = list[list[int]]
+
+# padded tokens per forward of the reference worker (`exec.workers.ReferenceWorker.logprobs`):
+# it right-pads consecutive sequences into groups of count x longest <= this, so the
+# profiled cost model charges the same padding (`planner.profiled`)
+REF_BATCH_TOKENS = 8192
+
+
+def group_consecutive(lengths: Sequence[int], fits: Callable[[int, int], bool]) -> list[list[int]]:
+    """Consecutive index groups; a group grows while `fits(count, longest)` holds for it
+    with the next sequence added (a group always takes at least one sequence)."""
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        if cur and not fits(len(cur) + 1, max(longest, n)):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
 
 
 def sequence_cost(tokens: int, kind: BalanceCost, attn_weight: float = 0.0) -> float:

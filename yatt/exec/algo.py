@@ -18,6 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
+from yatt.core.balance import group_consecutive  # noqa: F401  (re-exported: the trainer's packing)
 from yatt.core.specs import KLEstimator, LrSchedule
 
 
@@ -147,23 +148,6 @@ def batch_size_for_len(seq_len: int) -> int:
         if seq_len <= limit:
             return size
     return LONG_SEQ_BATCH
-
-
-def group_consecutive(lengths: Sequence[int], fits: Callable[[int, int], bool]) -> list[list[int]]:
-    """Consecutive index groups; a group grows while `fits(count, longest)` holds for it
-    with the next sequence added (a group always takes at least one sequence)."""
-    out: list[list[int]] = []
-    cur: list[int] = []
-    longest = 0
-    for i, n in enumerate(lengths):
-        if cur and not fits(len(cur) + 1, max(longest, n)):
-            out.append(cur)
-            cur, longest = [], 0
-        cur.append(i)
-        longest = max(longest, n)
-    if cur:
-        out.append(cur)
-    return out
 
 
 def micro_batches_by_length(lengths: Sequence[int]) -> list[list[int]]:

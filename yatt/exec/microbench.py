@@ -117,15 +117,16 @@ def _ids(n: int, vocab: int, rng) -> tuple[int, ...]:
 
 # ---- training ------------------------------------------------------------------------------
 class TrainBench:
-    """A Megatron trainer rank kept alive for several measurements: TP=1 alone by default,
-    or rank `rank` of a TP group whose rank 0 listens on `port` (`microbench_ray`)."""
+    """A Megatron trainer rank kept alive for several measurements: TP=DP=1 alone by
+    default, or rank `rank` of a TP x DP group whose rank 0 listens on `port`
+    (`microbench_ray`)."""
 
     def __init__(self, spec: ModelSpec, hf_path: str, device: str, micro_batch_tokens: int,
-                 tp: int = 1, rank: int = 0, port: int = 0):
+                 tp: int = 1, rank: int = 0, port: int = 0, dp: int = 1):
         from .trainer import MegatronTrainer
 
         self.spec = spec
-        self.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=1, rank=rank,
+        self.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=dp, rank=rank,
                                        master_addr="127.0.0.1", master_port=port or _free_port(),
                                        lr=1e-5, micro_batch_tokens=micro_batch_tokens,
                                        device=device)

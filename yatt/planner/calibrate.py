@@ -274,6 +274,9 @@ class _BusyProbe:
         self.busy[phase] = max(self.busy.get(phase, 0), busy)
         return 1.0
 
+    def engine_contention(self, model, busy: int) -> None:
+        return None   # no per-model factor either: every engine asks `contention`
+
     def __getattr__(self, name: str):
         return getattr(self._cost, name)
 

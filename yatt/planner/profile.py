@@ -56,7 +56,8 @@ class Points:
     passes: int = 5
     # TP groups of the trainer to time on this host (TP>1 training: its collectives are
     # whatever this host's interconnect makes them); None = the experiments' trainer TP
-    # choices that fit their clusters (at most MAX_TP_MEASURED); () = skip
+    # choices that fit their clusters (at most MAX_TP_MEASURED); () = skip, DP groups too
+    # (DP>1 at TP=1: `dp_sizes`, timed at the same points, batch per DP rank)
     tp: Optional[tuple[int, ...]] = None
     tp_points: tuple[tuple[int, int], ...] = ((8, 32), (16, 64), (4, 128))
     # seconds of the host-speed probe at the start, middle and end of a profile
@@ -88,13 +89,24 @@ class Points:
                              if 2 <= t <= min(MAX_TP_MEASURED, e.cluster.num_gpus)
                              and e.actor.check_tp(t) is None}))
 
+    def dp_sizes(self, exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
+        """Trainer DP sizes (at TP=1) to time for `actor`: what the experiments' clusters
+        give a TP=1 trainer, 2 .. MAX_TP_MEASURED devices; none where TP groups are
+        skipped (`tp=()`, the quick set)."""
+        if self.tp == ():
+            return ()
+        return tuple(sorted({n for e in exps if e.actor.name == actor
+                             for t in e.search.tp_choices
+                             if e.cluster.num_gpus % t == 0 and e.actor.check_tp(t) is None
+                             and 2 <= (n := e.cluster.num_gpus // t) <= MAX_TP_MEASURED}))
+
     def ticks(self, actors: int, genrms: int, busy: int = 0, tps: int = 0) -> int:
-        """Progress ticks of a profile (`tps`: TP groups timed, over all actors; a GenRM
-        adds the stream hand-off)."""
+        """Progress ticks of a profile (`tps`: TP and DP groups timed, over all actors; a
+        GenRM adds the stream hand-off)."""
         per_engine = 1 + self.restarts + 2
         per_actor = 4 + max(1, self.passes) + per_engine
-        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 2 * actors)
-                + int(self.ray and genrms > 0) + (busy + 1 if busy else 0) + tps)
+        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 3 * actors)
+                + int(self.ray and genrms > 0) + (busy + 1 + genrms if busy else 0) + tps)
 
 
 MAX_CONTENTION_BUSY = 4
@@ -126,20 +138,42 @@ def stop_cap(exps: Sequence[Experiment], actor: str) -> int:
                                  if e.actor.name == actor))
 
 
-def _tp_table(exp: Experiment, device: str, pts: Points, tps: Sequence[int], tick: Tick,
-              seed: int) -> tuple[tuple[float, float, float, float], ...]:
-    """(tp, batch, seq, s) for each TP size in `tps` at `pts.tp_points`."""
+def _group_table(exp: Experiment, device: str, pts: Points, sizes: Sequence[int], tick: Tick,
+                 seed: int, dp: bool) -> tuple[tuple[float, float, float, float], ...]:
+    """(size, batch, seq, s) for each TP size (or, with `dp`, each DP size at TP=1) in
+    `sizes`, at `pts.tp_points` (batch: per DP rank)."""
     from yatt.exec import microbench as mb
     from yatt.exec import microbench_ray as mbr
 
     out = []
-    for tp in tps:
-        ts = mbr.tp_train_times(exp.actor, mb.model_path(exp.actor, seed), device, tp,
-                                pts.tp_points, pts.reps, pts.passes,
-                                exp.algo.micro_batch_tokens, seed)
-        out += [(float(tp), float(b), float(s), round(t, 6)) for (b, s), t in zip(pts.tp_points, ts)]
-        tick(f"{exp.actor.name}: train TP={tp}")
+    for n in sizes:
+        tp, dp_n = (1, n) if dp else (n, 1)
+        ts = mbr.group_train_times(exp.actor, mb.model_path(exp.actor, seed), device, tp,
+                                   pts.tp_points, pts.reps, pts.passes,
+                                   exp.algo.micro_batch_tokens, seed, dp=dp_n)
+        out += [(float(n), float(b), float(s), round(t, 6)) for (b, s), t in zip(pts.tp_points, ts)]
+        tick(f"{exp.actor.name}: train {'DP' if dp else 'TP'}={n}")
     return tuple(out)
+
+
+def sync_counts(exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
+    """Rollout engine counts to time weight sync to: 1 .. the largest cluster of the
+    experiments with this actor (one TP=1 engine per device), at most MAX_TP_MEASURED."""
+    top = max((e.cluster.num_gpus for e in exps if e.actor.name == actor), default=1)
+    return tuple(range(1, min(MAX_TP_MEASURED, top) + 1))
+
+
+def _sync_table(exp: Experiment, exps: Sequence[Experiment], device: str, pts: Points,
+                tick: Tick, seed: int) -> tuple[tuple[float, float], ...]:
+    """(engines, s) of a weight sync on the executor's path (`microbench_ray.sync_times`)."""
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    counts = sync_counts(exps, exp.actor.name)
+    ts = mbr.sync_times(exp.actor, mb.model_path(exp.actor, seed), device, counts,
+                        max(3, pts.reps * pts.passes), exp.engine.max_num_seqs,
+                        exp.engine.gpu_memory_utilization, exp.algo.micro_batch_tokens, tick)
+    return tuple((float(n), round(t, 6)) for n, t in zip(counts, ts))
 
 
 def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int,
@@ -181,6 +215,24 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
     return ModelTables(train=tuple(train), logprob=tuple(logprob), engine=_engine_table(bench),
                        weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt,
                        stop_len=tuple(sorted(stops)), stop_cap=cap)
+
+
+def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
+                      tick: Optional[Tick] = None, seed: int = 0) -> tuple[tuple[float, float], ...]:
+    """(busy, ratio) of the experiment's GenRM engines: a judge-like batch with n engines of
+    it generating at once over one alone, median of the paired per-round ratios."""
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    busy = tuple(sorted({int(n) for n in busy if n >= 2}))
+    if not busy:
+        return ()
+    t = mbr.engine_contention_times(exp.genrm, mb.model_path(exp.genrm, seed), device, busy,
+                                    rounds, exp.engine.genrm_max_num_seqs, seed)
+    if tick:
+        tick(f"{exp.genrm.name}: engine contention")
+    return tuple((float(n), round(float(statistics.median(
+        [a / b for a, b in zip(t[n], t[1]) if b > 0] or [1.0])), 4)) for n in busy)
 
 
 def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
@@ -261,11 +313,16 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     probe += mb.host_probe(pts.host_probe_s)
-    for e in actors:   # after the in-process tables: this starts (and stops) a Ray session
-        tps = pts.tp_sizes(exps, e.actor.name)
-        if tps:
+    for e in actors:   # after the in-process tables: these start (and stop) Ray sessions
+        tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
+        if tps or dps:
             models[e.actor.name] = dataclasses.replace(
-                models[e.actor.name], train_tp=_tp_table(e, device, pts, tps, tick, seed))
+                models[e.actor.name],
+                train_tp=_group_table(e, device, pts, tps, tick, seed, dp=False),
+                train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
+        if pts.ray:
+            models[e.actor.name] = dataclasses.replace(
+                models[e.actor.name], sync=_sync_table(e, exps, device, pts, tick, seed))
     # the actors' weights through the object store (weight sync), and 4x that for a slope
     sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
     rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
@@ -277,6 +334,13 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     c_load0 = os.getloadavg()[0]
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
                               pts.contention_rounds, tick, seed)
+    for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
+        ec = engine_contention(e, device, pts.busy_counts(exps, device), pts.contention_rounds,
+                               tick, seed)
+        if ec:
+            m = models[e.genrm.name]
+            models[e.genrm.name] = dataclasses.replace(
+                m, engine=dataclasses.replace(m.engine, contention=ec))
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
     probe += mb.host_probe(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,

@@ -19,13 +19,16 @@ the same small YAML file, so every consumer reads one format:
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
           logprob: [[batch, seq, seconds], ...]   # reference log-probs (ReferenceWorker)
           weight_sync_s: 0.03                     # hf_state_dict + engine update_weights
+          sync: [[engines, seconds], ...]   # weight sync through Ray to n engines at once
           train_tp: [[2, batch, seq, seconds], ...]   # a TP=2 group's train_step (CPU: gloo)
+          train_dp: [[2, batch, seq, seconds], ...]   # a DP=2 group's, batch per DP rank
           stop_len: [3, 5, 64, ...]               # where its responses end (EOS), <= stop_cap
           stop_cap: 64
           engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
                    decode: [[batch, mean_ctx, s_per_step], ...],
                    prefill: [[requests, tokens_each, s_for_the_step], ...],
-                   join: [[running, new, tokens_each, extra_s], ...]}   # optional
+                   join: [[running, new, tokens_each, extra_s], ...],   # optional
+                   contention: [[busy, ratio], ...]}   # optional: this engine's own
 
 Files without `tables` keep meaning what they meant (an analytic model with these
 efficiencies); `yatt.planner.profiled.cost_model_for` picks the model from the file.
@@ -65,10 +68,18 @@ class EngineTable:
     join: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(running, new, tokens each, s): what a step that admits `new` requests "
                          "into `running` decoding ones costs beyond the plain step after it")
+    contention: tuple[tuple[float, float], ...] = spec_field(
+        default=(), help="(busy, ratio): this model's engine steps with `busy` devices of the "
+                         "host generating at once over one (CPU; where measured, it replaces "
+                         "the shared `contention` decode ratio for this model's engines)")
 
     def __post_init__(self) -> None:
         _check_points(self.decode, "decode")
         _check_points(self.prefill, "prefill")
+        for i, p in enumerate(self.contention):
+            if len(p) != 2 or p[0] < 2 or p[1] <= 0:
+                raise InputError(f"got {list(p)}; allowed: [busy >= 2, ratio > 0]",
+                                 field=f"contention[{i}]")
         for i, p in enumerate(self.join):
             if len(p) != 4 or p[0] < 1 or p[1] < 1 or p[2] < 1 or p[3] < 0:
                 raise InputError(f"got {list(p)}; allowed: [running >= 1, new >= 1, tokens >= 1, "
@@ -91,14 +102,27 @@ class ModelTables:
     train_tp: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(tp, batch, seq, s): a TP group's train_step on one host, its ranks "
                          "running at once (TP=1 is `train`)")
+    sync: tuple[tuple[float, float], ...] = spec_field(
+        default=(), help="(engines, s): one weight sync on the executor's path (a trainer "
+                         "actor's state dict through Ray to that many engine actors updating "
+                         "at once); replaces weight_sync_s + round trips + transfer")
+    train_dp: tuple[tuple[float, float, float, float], ...] = spec_field(
+        default=(), help="(dp, batch per rank, seq, s): a DP group's train_step on one host, "
+                         "its ranks running at once with their gradient all-reduce "
+                         "(DP=1 is `train`)")
 
     def __post_init__(self) -> None:
         _check_points(self.train, "train")
         _check_points(self.logprob, "logprob")
-        for i, p in enumerate(self.train_tp):
-            if len(p) != 4 or p[0] < 2 or p[1] <= 0 or p[2] <= 0 or p[3] < 0:
-                raise InputError(f"got {list(p)}; allowed: [tp >= 2, batch > 0, seq > 0, "
-                                 f"seconds >= 0]", field=f"train_tp[{i}]")
+        for name, rows in (("train_tp", self.train_tp), ("train_dp", self.train_dp)):
+            for i, p in enumerate(rows):
+                if len(p) != 4 or p[0] < 2 or p[1] <= 0 or p[2] <= 0 or p[3] < 0:
+                    raise InputError(f"got {list(p)}; allowed: [{name[-2:]} >= 2, batch > 0, "
+                                     f"seq > 0, seconds >= 0]", field=f"{name}[{i}]")
+        for i, p in enumerate(self.sync):
+            if len(p) != 2 or p[0] < 1 or p[1] < 0:
+                raise InputError(f"got {list(p)}; allowed: [engines >= 1, seconds >= 0]",
+                                 field=f"sync[{i}]")
         for i, n in enumerate(self.stop_len):
             if not 0 <= n <= self.stop_cap or self.stop_cap == 0:
                 raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "

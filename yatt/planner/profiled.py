@@ -8,8 +8,12 @@ points and extrapolates along the roofline's form:
 
   train step      t = c0 + c_mb*micro_batches + c_seq*sequences + c1*padded_tokens
                       + c2*sum(n*longest^2)   (c_seq: per-sequence packing/masking in Python)
-                  (micro-batches packed exactly as `exec.trainer.micro_batches` packs them)
-  reference pass  t = c_seq*sequences + c1*tokens + c2*sum(s^2)   (one forward per sequence)
+                  (micro-batches packed exactly as `exec.trainer.micro_batches` packs them),
+                  times the measured TP- and DP-group ratios where the profile timed such
+                  groups (`train_tp`, `train_dp`: collectives and waits between ranks; a
+                  measured DP ratio replaces the analytic gradient all-reduce)
+  reference pass  t = c_seq*sequences + c1*padded_tokens + c2*sum(n*longest^2)
+                  (right-padded forwards, grouped as `exec.workers.ReferenceWorker` groups them)
   decode step     t = a0 + a1*batch + a2*batch*mean_ctx
   prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
   join            t = j0 + j1*tokens + j2*tokens^2 per request admitted into a batch that is
@@ -17,15 +21,18 @@ points and extrapolates along the roofline's form:
                   profile's join table; the idle-engine prefill fit where there is none
   switches        engines: measured teardown / re-create; trainer and reference: resident
                   on CPU (the executor keeps them in memory; see README "Sim-to-real")
-  weight sync     measured state-dict gather + engine update, plus the round trips and
-                  the state dict's trip through Ray's object store (`tables.transfer`,
-                  linear in bytes; fp32 weights), which the in-process numbers lack
+  weight sync     measured on the executor's path to 1..n engines at once (`sync`: a trainer
+                  actor's state dict through Ray to engine actors; linear in the engine
+                  count); without that table, the in-process state-dict gather + engine
+                  update plus the round trips and the state dict's trip through Ray's
+                  object store (`tables.transfer`, linear in bytes; fp32 weights)
   streaming       the measured cost of one queue put to the rollout engine that makes it
                   (`tables.handoff_s`; `yatt.sim.simulate.StreamCost`): the engine does not
                   wait for the put, but its serialisation runs on the engine's core
   contention      several devices of one host busy at once (CPU): each phase runs the
                   measured ratio slower (`tables.contention`, `yatt.sim.contention`);
-                  linear in the busy count between measured counts, flat beyond the largest
+                  linear in the busy count between measured counts, flat beyond the largest;
+                  a GenRM engine with its own measured ratio (`engine.contention`) uses it
 
 Every phase of the executor also pays Ray round trips (driver -> controller -> workers);
 `rpc_s` times the number the executor makes per phase is added to that phase.
@@ -41,6 +48,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
+from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
 from yatt.core.plan import Experiment, Parallel
 from yatt.core.roles import Phase, ReleasePolicy, Role
 from yatt.core.specs import DistKind, LengthDist, ModelSpec
@@ -66,18 +74,10 @@ _CONTENTION: dict[Phase, Callable[[Contention], float]] = {
 
 
 def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
-    """(count, longest) per micro-batch, the packing of `exec.trainer.micro_batches`."""
-    out: list[tuple[int, int]] = []
-    n = longest = 0
-    for s in lengths:
-        if n and (n + 1) * max(longest, s) > budget:
-            out.append((n, longest))
-            n = longest = 0
-        n += 1
-        longest = max(longest, s)
-    if n:
-        out.append((n, longest))
-    return out
+    """(count, longest) per padded group: consecutive sequences while count x longest fits
+    `budget`, as `exec.trainer.micro_batches` and the reference worker pack them."""
+    groups = group_consecutive(lengths, lambda count, longest: count * longest <= budget)
+    return [(len(g), max(lengths[i] for i in g)) for g in groups]
 
 
 def _train_features(lengths: Sequence[int], budget: int) -> np.ndarray:
@@ -87,7 +87,22 @@ def _train_features(lengths: Sequence[int], budget: int) -> np.ndarray:
 
 
 def _logprob_features(lengths: Sequence[int]) -> np.ndarray:
-    return np.array([float(len(lengths)), float(sum(lengths)), float(sum(s * s for s in lengths))])
+    """(sequences, padded tokens, sum of count x longest^2) over the reference worker's
+    right-padded forwards: a long sequence makes its whole group as wide as itself."""
+    groups = _micro_batches(lengths, REF_BATCH_TOKENS)
+    return np.array([float(len(lengths)), float(sum(n * m for n, m in groups)),
+                     float(sum(n * m * m for n, m in groups))])
+
+
+def _by_count(points: Sequence[tuple[float, float]], n: int) -> float:
+    """Seconds at count `n` from measured (count, seconds) points: linear between them, the
+    slope of the last two beyond the largest (never below the largest), the smallest below."""
+    pts = sorted(points)
+    xs, ys = [float(c) for c, _ in pts], [float(t) for _, t in pts]
+    if n <= xs[-1] or len(pts) == 1:
+        return float(np.interp(float(n), xs, ys))
+    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
+    return ys[-1] + slope * (n - xs[-1])
 
 
 def _fit(rows: list[np.ndarray], y: list[float], scale: Optional[list[float]] = None) -> np.ndarray:
@@ -124,8 +139,8 @@ class _Fits:
             # measured as the mixed step minus the plain step after it: already an extra
             self.join = _fit([np.array([k, k * p, k * p * p]) for _, k, p, _ in e.join],
                              [x for _, _, _, x in e.join])
-        self.weight_sync_s = t.weight_sync_s
-        self.train_tp = t.train_tp
+        self.weight_sync_s, self.sync = t.weight_sync_s, t.sync
+        self.train_tp, self.train_dp = t.train_tp, t.train_dp
 
     def _step(self, batch: float, ctx: float) -> float:
         a0, a1, a2 = self.decode
@@ -141,7 +156,7 @@ class ProfiledCostModel:
         self.cluster = analytic.cluster
         self.cpu = tables.device == "cpu"
         self._fits = {name: _Fits(t) for name, t in tables.models.items()}
-        self._tp_scales: dict[tuple[str, int], Optional[float]] = {}
+        self._group_scales: dict[tuple[str, int, bool], Optional[float]] = {}
 
     @classmethod
     def for_experiment(cls, exp: Experiment, profile: Profile) -> "ProfiledCostModel":
@@ -157,30 +172,37 @@ class ProfiledCostModel:
         profile timed a TP group of this size (`train_tp`), else the analytic ratio."""
         if par.tp * par.pp == 1:
             return 1.0
-        key = (model.name, par.tp)
-        if key not in self._tp_scales:
-            self._tp_scales[key] = self._measured_tp_scale(model, par.tp)
-        measured = self._tp_scales[key] if par.pp == 1 else None
+        measured = self._measured_scale(model, par.tp, dp=False) if par.pp == 1 else None
         if measured is not None:
             return measured
         one = Parallel(tp=1, pp=1, dp=par.dp)
         base = self.analytic._pass_time(model, lens, one, False)
         return self.analytic._pass_time(model, lens, par, False) / base if base > 0 else 1.0
 
-    def _measured_tp_scale(self, model: ModelSpec, tp: int) -> Optional[float]:
-        """Median over the profile's TP=`tp` points of measured / fitted TP=1 time, with the
-        host contention of `tp` busy ranks divided out (the simulator applies it to the
-        train phase itself)."""
+    def _dp_scale(self, model: ModelSpec, par: Parallel) -> Optional[float]:
+        """A DP rank's step time in a DP group over its time alone (the gradient all-reduce
+        and the waits between ranks included), where the profile timed a DP group of this
+        size (`train_dp`); None otherwise (then `grad_sync_time` adds the analytic
+        all-reduce). 1.0 at DP=1."""
+        return 1.0 if par.dp == 1 else self._measured_scale(model, par.dp, dp=True)
+
+    def _measured_scale(self, model: ModelSpec, size: int, dp: bool) -> Optional[float]:
+        """Median over the profile's points of a TP (or DP) group of `size` ranks of
+        measured / fitted TP=DP=1 time (batch per DP rank), with the host contention of
+        `size` busy ranks divided out (the simulator applies it to the train phase itself)."""
+        key = (model.name, size, dp)
+        if key in self._group_scales:
+            return self._group_scales[key]
         f = self._fit(model)
-        if f is None or f.train is None:
-            return None
-        pts = [(b, s, t) for k, b, s, t in f.train_tp if int(k) == tp]
-        if not pts:
-            return None
-        c = self.contention(Phase.TRAIN, tp)
-        ratios = [t / (c * base) for b, s, t in pts
-                  if (base := float(_train_features([int(s)] * int(b), f.mbt) @ f.train)) > 0]
-        return float(np.median(ratios)) if ratios else None
+        out = None
+        if f is not None and f.train is not None:
+            pts = [(b, s, t) for k, b, s, t in (f.train_dp if dp else f.train_tp) if int(k) == size]
+            c = self.contention(Phase.TRAIN, size)
+            ratios = [t / (c * base) for b, s, t in pts
+                      if (base := float(_train_features([int(s)] * int(b), f.mbt) @ f.train)) > 0]
+            out = float(np.median(ratios)) if ratios else None
+        self._group_scales[key] = out
+        return out
 
     # ---- training ----------------------------------------------------------------------
     def train_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
@@ -189,13 +211,18 @@ class ProfiledCostModel:
             return self.analytic.train_time(model, seq_lens, par)
         lens = [int(s) for s in seq_lens]
         t = float(_train_features(lens, self.analytic.micro_batch_tokens) @ f.train)
-        return t * self._tp_scale(model, lens, par) + TRAIN_RPCS * self.tables.rpc_s
+        dp = self._dp_scale(model, par)
+        t *= self._tp_scale(model, lens, par) * (1.0 if dp is None else dp)
+        return t + TRAIN_RPCS * self.tables.rpc_s
 
     def grad_sync_time(self, model: ModelSpec, par: Parallel) -> float:
         f = self._fit(model)
         if f is None or f.train is None:
             return self.analytic.grad_sync_time(model, par)
-        # the optimizer step is inside the measured train step; add the DP all-reduce only
+        # the optimizer step is inside the measured train step; add the DP all-reduce only,
+        # unless a measured DP group's step (`_dp_scale`) already holds it
+        if self._dp_scale(model, par) is not None:
+            return 0.0
         grad_bytes = model.params / (par.tp * par.pp) * 4  # fp32 grads (grad_reduce_in_fp32)
         return self.analytic._allreduce(grad_bytes, par.dp)
 
@@ -277,6 +304,8 @@ class ProfiledCostModel:
     def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,
                          rollout_engines: int, cross_node: bool) -> float:
         f = self._fit(model)
+        if f is not None and f.sync and rollout_tp == 1 and not cross_node:
+            return _by_count(f.sync, rollout_engines)
         if f is None or f.weight_sync_s <= 0:
             return self.analytic.weight_sync_time(model, trainer, rollout_tp, rollout_engines,
                                                   cross_node)
@@ -306,6 +335,18 @@ class ProfiledCostModel:
         xs = [1.0] + [float(b) for b, _ in pts]
         ys = [1.0] + [r for _, r in pts]
         return float(np.interp(float(busy), xs, ys))
+
+    def engine_contention(self, model: ModelSpec, busy: int) -> Optional[float]:
+        """This model's own engine slow-down with `busy` devices generating at once
+        (`yatt.sim.contention.EngineContention`): its measured ratio, linear in `busy`
+        between counts (1.0 at one), the largest count's beyond; None without one."""
+        f = self._fit(model)
+        pts = sorted(f.engine.contention) if f is not None and f.engine is not None else []
+        if not pts:
+            return None
+        if busy <= 1:
+            return 1.0
+        return float(np.interp(float(busy), [1.0] + [b for b, _ in pts], [1.0] + [r for _, r in pts]))
 
     def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
         return self.analytic.checkpoint_time(model, par)

@@ -13,7 +13,7 @@ waiting for work is still counted (simple, and errs towards slower).
 """
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Optional, Protocol, runtime_checkable
 
 from yatt.core import Phase
 
@@ -24,6 +24,16 @@ class HostContention(Protocol):
     down when `busy` devices of the host run it at once."""
 
     def contention(self, phase: Phase, busy: int) -> float: ...
+
+
+@runtime_checkable
+class EngineContention(Protocol):
+    """Optional cost-model extension: one engine model's own slow-down factor with `busy`
+    devices of the host generating at once, or None where the model has no measurement
+    (then the phase's `HostContention` factor applies). A larger model than the one the
+    shared factor was measured with contends for caches and the memory bus more."""
+
+    def engine_contention(self, model: Any, busy: int) -> Optional[float]: ...
 
 
 def slowdown(cost: Any, phase: Phase, busy: int) -> float:
@@ -53,7 +63,11 @@ class SlowedEngineCost:
         return getattr(self._cost, name)
 
 
-def engine_cost(cost: Any, phase: Phase, busy: int) -> Any:
-    """The cost model engines of `phase` should use with `busy` devices generating at once."""
-    f = slowdown(cost, phase, busy)
+def engine_cost(cost: Any, phase: Phase, busy: int, model: Any = None) -> Any:
+    """The cost model engines of `model` in `phase` should use with `busy` devices
+    generating at once: the model's own factor where the cost model has one
+    (`EngineContention`), else the phase's."""
+    own = (cost.engine_contention(model, busy)
+           if busy > 1 and model is not None and isinstance(cost, EngineContention) else None)
+    f = float(own) if own is not None else slowdown(cost, phase, busy)
     return cost if f == 1.0 else SlowedEngineCost(cost, f)

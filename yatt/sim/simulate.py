@@ -177,7 +177,7 @@ class _Step:
         phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
         pf = self.run.prefill_times(role, inp)
         pj = self.run.prefill_times(role, inp, join=True) if isinstance(self.cost, JoinCost) else None
-        cost = engine_cost(self.cost, phase, busy)
+        cost = engine_cost(self.cost, phase, busy, model)
         if cost is not self.cost:
             pf = [cost.factor * x for x in pf]
             pj = None if pj is None else [cost.factor * x for x in pj]
