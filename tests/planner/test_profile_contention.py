@@ -49,6 +49,42 @@ def test_tp_group_train_times():
 
 
 @pytest.mark.slow
+def test_dp_group_train_times():
+    """A real DP=2 Megatron group (two Ray actors, gloo all-reduce) times every point."""
+    pytest.importorskip("megatron.core")
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    mb.prepare("cpu")
+    got = mbr.group_train_times(exp.actor, mb.model_path(exp.actor), "cpu", 1, ((4, 16),),
+                                reps=1, passes=1, dp=2)
+    assert len(got) == 1 and got[0] > 0
+
+
+@pytest.mark.slow
+def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
+    """Weight sync on the executor's path (a trainer actor's state dict to 1 and 2 vLLM
+    engine actors), and a GenRM's own engine contention (2 engines at once over 1)."""
+    pytest.importorskip("vllm")
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+    from yatt.planner.profile import engine_contention
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    ticks = []
+    got = mbr.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (2, 1), reps=1,
+                         max_num_seqs=8, mem_util=0.5, tick=ticks.append)
+    assert len(got) == 2 and all(0 < t < 10 for t in got)
+    with pytest.raises(ValueError, match="engine counts"):
+        mbr.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (0,), 1, 8, 0.5)
+    ec = engine_contention(exp, "cpu", (2,), rounds=1, tick=ticks.append)
+    assert len(ec) == 1 and ec[0][0] == 2.0 and ec[0][1] > 0
+    assert engine_contention(exp, "cpu", (), rounds=1) == ()
+    assert ticks == ["weight sync through Ray", f"{exp.genrm.name}: engine contention"]
+
+
+@pytest.mark.slow
 def test_stream_handoff_is_timed_on_a_real_engine_actor():
     """The executor's engine actor streaming to a Ray queue, against generating alone."""
     pytest.importorskip("vllm")

@@ -16,7 +16,8 @@ from yatt.core.plan import Parallel
 from yatt.core.roles import ReleasePolicy, Role
 from yatt.core.specs import DistKind, LengthDist
 from yatt.planner.costmodel import AnalyticCostModel
-from yatt.planner.profile_io import (EngineTable, ModelTables, Profile, ProfileTables,
+from yatt.planner.profile_io import (Contention, EngineTable, ModelTables, Profile,
+                                     ProfileTables,
                                      load_profile, save_profile)
 from yatt.planner.profiled import (ProfiledCostModel, _train_features, cost_model_for, experiment_for,
                                    shipped_profile)
@@ -115,7 +116,13 @@ def test_simulate_with_profiled_model(exp, cost):
 
 
 def test_profile_tables_round_trip_and_old_files_load(tmp_path):
-    p = Profile(hardware="x", tables=_tables(rpc=0.001))
+    t = _tables(rpc=0.001)
+    m = dict(t.models)
+    m["tiny-actor"] = dataclasses.replace(m["tiny-actor"], sync=((1.0, 0.04), (2.0, 0.05)),
+                                          train_dp=((2.0, 8.0, 32.0, 0.2),))
+    m["tiny-genrm"] = dataclasses.replace(m["tiny-genrm"], engine=dataclasses.replace(
+        m["tiny-genrm"].engine, contention=((2.0, 1.13),)))
+    p = Profile(hardware="x", tables=dataclasses.replace(t, models=m))
     save_profile(p, tmp_path / "p.yaml")
     assert load_profile(tmp_path / "p.yaml") == p
     (tmp_path / "old.yaml").write_text("kind: yatt.profile/1\nefficiency: {train_mfu: 0.3}\n")
@@ -130,6 +137,10 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {models: {m: {stop_len: [3, 90], stop_cap: 64}}}", "stop_len[1]"),
     ("tables: {models: {m: {stop_len: [3]}}}", "stop_len[0]"),
     ("tables: {models: {m: {train_tp: [[1, 8, 32, 0.1]]}}}", "train_tp[0]"),
+    ("tables: {models: {m: {train_dp: [[2, 8, 32]]}}}", "train_dp[0]"),
+    ("tables: {models: {m: {sync: [[0, 0.04]]}}}", "sync[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, contention: [[1, 1.2]]}}}}",
+     "contention[0]"),
     ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, join: [[4, 0, 24, 0.001]]}}}}",
      "join[0]"),
 ])
@@ -222,6 +233,20 @@ def test_contention_counts_to_measure():
     assert Points().busy_counts(exps, "cuda") == ()
     assert Points.quick().busy_counts(exps, "cpu") == ()
     assert Points(contention=(3, 2, 1)).busy_counts(exps, "cpu") == (2, 3)
+
+
+def test_group_and_sync_counts_to_measure():
+    """DP groups: what a TP=1 trainer gets on the experiments' clusters (none in the quick
+    set); weight sync: 1 .. the cluster's engines."""
+    from yatt.planner.profile import Points, sync_counts
+
+    exps = [load_experiment(DEMO)]
+    n = exps[0].cluster.num_gpus
+    assert n >= 2
+    assert Points().dp_sizes(exps, exps[0].actor.name)[-1] == min(n, 4)
+    assert Points().dp_sizes(exps, "another-model") == ()
+    assert Points.quick().dp_sizes(exps, exps[0].actor.name) == ()
+    assert sync_counts(exps, exps[0].actor.name) == tuple(range(1, min(n, 4) + 1))
 
 
 def test_weight_sync_adds_the_object_store_transfer(exp):
@@ -350,3 +375,77 @@ def test_measured_handoff_slows_the_streaming_rollout(exp):
         return sum(s.duration for s in simulate(plan, exp.workload, cost, 0).spans
                    if s.phase is Phase.ROLLOUT)
     assert rollout(slow) > rollout(free) + 0.05
+
+
+def _with_actor(**kw) -> ProfileTables:
+    t = _tables()
+    m = dict(t.models)
+    m["tiny-actor"] = dataclasses.replace(m["tiny-actor"], **kw)
+    return dataclasses.replace(t, models=m)
+
+
+def test_reference_pays_for_its_padding(exp, cost):
+    """The reference worker right-pads consecutive sequences into one forward: one long
+    response makes the whole group as wide as itself (the longtail workload's case)."""
+    a, one = exp.actor, Parallel(1, 1, 1)
+    mixed = cost.logprob_time(a, [16] * 7 + [128], one)
+    assert mixed == pytest.approx(cost.logprob_time(a, [128] * 8, one), rel=1e-9)
+    # the fit's 1e-5 s per token on 8 x 128 padded tokens against 8 x 16
+    assert mixed - cost.logprob_time(a, [16] * 8, one) == pytest.approx(1e-5 * 8 * 112, rel=0.05)
+    # past the group budget (REF_BATCH_TOKENS padded tokens) a new, narrower group starts
+    from yatt.core.balance import REF_BATCH_TOKENS
+    n = REF_BATCH_TOKENS // 1024
+    split = cost.logprob_time(a, [1024] * n + [16] * 8, one)
+    assert split < cost.logprob_time(a, [1024] * (n + 8), one)
+
+
+def test_measured_dp_group_replaces_the_analytic_all_reduce(exp, cost):
+    """A profile that timed a DP=2 group (its ranks' gradient all-reduce, metric reductions
+    and waits included) prices DP=2 training from it and adds no analytic all-reduce."""
+    lens, one, two = [48] * 8, Parallel(1, 1, 1), Parallel(1, 1, 2)
+    assert cost.grad_sync_time(exp.actor, two) > 0.0          # no DP table: analytic
+    fit = cost._fit(exp.actor)
+    meas = tuple((2.0, float(b), float(s), 1.5 * float(
+        np.array(_train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
+    dp = cost_model_for(exp, Profile(tables=_with_actor(train_dp=meas)))
+    assert dp.train_time(exp.actor, lens, two) == pytest.approx(
+        1.5 * cost.train_time(exp.actor, lens, one), rel=1e-6)
+    assert dp.grad_sync_time(exp.actor, two) == 0.0
+    assert dp.train_time(exp.actor, lens, one) == pytest.approx(cost.train_time(exp.actor, lens, one))
+    # a DP size the profile did not time keeps the analytic all-reduce
+    assert dp.grad_sync_time(exp.actor, Parallel(1, 1, 4)) == cost.grad_sync_time(
+        exp.actor, Parallel(1, 1, 4))
+
+
+def test_measured_sync_table_prices_weight_sync_by_engine_count(exp, cost):
+    par = Parallel(1, 1, 1)
+    c = cost_model_for(exp, Profile(tables=_with_actor(sync=((1.0, 0.04), (2.0, 0.05)))))
+    assert c.weight_sync_time(exp.actor, par, 1, 1, False) == pytest.approx(0.04)
+    assert c.weight_sync_time(exp.actor, par, 1, 2, False) == pytest.approx(0.05)
+    assert c.weight_sync_time(exp.actor, par, 1, 4, False) == pytest.approx(0.07)  # the last slope
+    # what the table did not measure (engines across nodes, TP engines): the composed estimate
+    assert c.weight_sync_time(exp.actor, par, 1, 2, True) == cost.weight_sync_time(
+        exp.actor, par, 1, 2, True)
+    assert c.weight_sync_time(exp.actor, par, 2, 1, False) == cost.weight_sync_time(
+        exp.actor, par, 2, 1, False)
+
+
+def test_a_genrm_with_its_own_contention_uses_it(exp, cost):
+    from yatt.core.roles import Phase
+    from yatt.sim.contention import SlowedEngineCost, engine_cost
+
+    t = _tables()
+    m = dict(t.models)
+    g = m["tiny-genrm"]
+    m["tiny-genrm"] = dataclasses.replace(g, engine=dataclasses.replace(
+        g.engine, contention=((2.0, 1.2), (4.0, 1.5))))
+    shared = (Contention(busy=2, reload=1.0, offload=1.0, decode=1.05, logprob=1.0, train=1.0),)
+    c = cost_model_for(exp, Profile(tables=dataclasses.replace(t, models=m, contention=shared)))
+    assert c.engine_contention(exp.genrm, 2) == pytest.approx(1.2)
+    assert c.engine_contention(exp.genrm, 3) == pytest.approx(1.35)
+    assert c.engine_contention(exp.genrm, 1) == 1.0
+    assert c.engine_contention(exp.actor, 2) is None       # not measured: the shared ratio
+    ge, ae = engine_cost(c, Phase.GENRM, 2, exp.genrm), engine_cost(c, Phase.ROLLOUT, 2, exp.actor)
+    assert isinstance(ge, SlowedEngineCost) and ge.factor == pytest.approx(1.2)
+    assert isinstance(ae, SlowedEngineCost) and ae.factor == pytest.approx(1.05)
+    assert engine_cost(c, Phase.GENRM, 1, exp.genrm) is c

@@ -225,6 +225,12 @@ class Workload:
     def samples_per_step(self) -> int:
         return self.prompts_per_step * self.samples_per_prompt
 
+    @property
+    def judge_max_tokens(self) -> int:
+        """The GenRM's token budget per judgment in the executor: the mean output length,
+        clamped to 4..64 (a verdict needs a few tokens; 64 bounds a rambling judge)."""
+        return max(4, min(64, int(self.genrm_output_len.mean())))
+
 
 @dataclass(frozen=True)
 class AlgoSpec:

@@ -421,3 +421,85 @@ def sync_times(spec: ModelSpec, hf_path: str, device: str, engines: Sequence[int
         finally:
             for a in [trainer] + engs:
                 ray.kill(a)
+
+
+# ---- engine call overhead ------------------------------------------------------------------
+CALL_SIZES = (2, 8, 32)   # requests per call
+
+
+class _StepsOnly:
+    """Mixin for the executor's engine actor bodies: run requests through the bare engine,
+    timing only its steps (what the engine tables time), in the same process."""
+
+    def steps_only(self, reqs: list) -> float:
+        for r in reqs:
+            self.core.add(f"s{next(self._ids)}", r)
+        return sum(_drain(self.core))
+
+    def judged_steps_only(self, results: list) -> float:
+        return self.steps_only([self._request(r) for r in results])
+
+
+def call_overhead_times(spec: ModelSpec, hf_path: str, device: str, reps: int,
+                        max_num_seqs: int, judge: Optional[tuple[str, str, int]] = None,
+                        sizes: Sequence[int] = CALL_SIZES, seed: int = 0,
+                        tick: Optional[Tick] = None) -> list[tuple[int, float]]:
+    """(requests, s) per call size: what one call handing an engine actor n requests costs
+    beyond that engine's steps, on the executor's path. The driver calls the executor's
+    actor (`EngineServer.generate` with rollout-like requests, or with `judge` =
+    (actor tokenizer, GenRM path, max tokens) `GenRMServer.judge` on rollout results) and
+    times the call; the same actor then runs the same requests through the bare engine
+    timing only its steps; the difference is the call's round trip, building and adding the
+    requests (a GenRM's template and tokenizers), the server's step loop and returning the
+    results. Median over `reps` per size, sizes interleaved. Starts and stops Ray."""
+    import numpy as np
+    import ray
+
+    from .genrm import GenRMServer, JudgeConfig
+    from .rollout import EngineServer, GenRequest, GenResult
+
+    prepare(device)
+    rng = np.random.default_rng(seed)
+    keys = iter(range(10 ** 9))
+    body = type("_Timed", (_StepsOnly, GenRMServer if judge else EngineServer), {})
+    cfg = _engine_config(hf_path, device == "cpu", max_num_seqs, 0.5)
+    with local_ray():
+        if judge:
+            actor_tok, genrm_path, max_tokens = judge
+            cfg = _engine_config(genrm_path, device == "cpu", max_num_seqs, 0.5)
+            a = ray.remote(num_cpus=0)(body).remote(cfg, JudgeConfig(actor_tok, genrm_path,
+                                                                     max_tokens=max_tokens))
+        else:
+            a = ray.remote(num_cpus=0)(body).remote(cfg)
+        try:
+            ray.get(a.acquire.remote())
+
+            def work(n: int) -> list:
+                if judge:   # rollout results: 13 prompt tokens, 10 response tokens
+                    return [GenResult(next(keys), _ids(13, spec.vocab, rng),
+                                      _ids(10, spec.vocab, rng), (), "stop", 0.0)
+                            for _ in range(n)]
+                return [GenRequest(next(keys), _ids(13, spec.vocab, rng), 8, 1.0,
+                                   int(rng.integers(1 << 30)), False) for _ in range(n)]
+
+            def once(n: int) -> float:
+                items = work(n)
+                t0 = time.perf_counter()
+                ray.get(a.judge.remote(items) if judge else a.generate.remote(items))
+                call = time.perf_counter() - t0
+                # the same items again: seeded (rollout) or greedy (judge), so the same
+                # outputs and the same steps
+                steps = ray.get(a.judged_steps_only.remote(items) if judge
+                                else a.steps_only.remote(items))
+                return call - steps
+
+            once(max(sizes))   # warm-up
+            got: dict[int, list[float]] = {n: [] for n in sizes}
+            for _ in range(max(1, reps)):
+                for n in sizes:
+                    got[n].append(once(n))
+            if tick:
+                tick(f"{spec.name}: engine call overhead")
+            return [(n, max(0.0, _median(got[n]))) for n in sizes]
+        finally:
+            ray.kill(a)

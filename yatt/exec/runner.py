@@ -82,9 +82,8 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                            cpu=cpu, release=release)
         args: tuple = (cfg,)
         if role is Role.GENRM:
-            out_len = int(exp.workload.genrm_output_len.mean())
             args = (cfg, JudgeConfig(paths[Role.ROLLOUT], paths[Role.GENRM],
-                                     max_tokens=max(4, min(64, out_len))))
+                                     max_tokens=exp.workload.judge_max_tokens))
         actor_cls = engine_actor_class(cls)
         engines[role] = []
         for i, g in enumerate(plan.placement(role).groups()):

@@ -105,7 +105,7 @@ class Points:
         GenRM adds the stream hand-off)."""
         per_engine = 1 + self.restarts + 2
         per_actor = 4 + max(1, self.passes) + per_engine
-        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 3 * actors)
+        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 4 * actors + genrms)
                 + int(self.ray and genrms > 0) + (busy + 1 + genrms if busy else 0) + tps)
 
 
@@ -215,6 +215,11 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
     return ModelTables(train=tuple(train), logprob=tuple(logprob), engine=_engine_table(bench),
                        weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt,
                        stop_len=tuple(sorted(stops)), stop_cap=cap)
+
+
+def _with_call(m: ModelTables, points) -> ModelTables:
+    return dataclasses.replace(m, engine=dataclasses.replace(
+        m.engine, call=tuple((float(n), round(t, 6)) for n, t in points)))
 
 
 def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
@@ -334,6 +339,17 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     c_load0 = os.getloadavg()[0]
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
                               pts.contention_rounds, tick, seed)
+    if pts.ray:   # each engine model's call overhead on the executor's actors
+        for e in actors:
+            models[e.actor.name] = _with_call(models[e.actor.name], mbr.call_overhead_times(
+                e.actor, mb.model_path(e.actor, seed), device, pts.reps * 2,
+                e.engine.max_num_seqs, seed=seed, tick=tick))
+        for e in genrms:
+            judge = (mb.model_path(e.actor, seed), mb.model_path(e.genrm, seed),
+                     e.workload.judge_max_tokens)
+            models[e.genrm.name] = _with_call(models[e.genrm.name], mbr.call_overhead_times(
+                e.genrm, mb.model_path(e.genrm, seed), device, pts.reps * 2,
+                e.engine.genrm_max_num_seqs, judge=judge, seed=seed, tick=tick))
     for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
         ec = engine_contention(e, device, pts.busy_counts(exps, device), pts.contention_rounds,
                                tick, seed)

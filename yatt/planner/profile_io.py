@@ -28,6 +28,7 @@ the same small YAML file, so every consumer reads one format:
                    decode: [[batch, mean_ctx, s_per_step], ...],
                    prefill: [[requests, tokens_each, s_for_the_step], ...],
                    join: [[running, new, tokens_each, extra_s], ...],   # optional
+                   call: [[requests, extra_s], ...],   # optional: a call's overhead
                    contention: [[busy, ratio], ...]}   # optional: this engine's own
 
 Files without `tables` keep meaning what they meant (an analytic model with these
@@ -68,6 +69,10 @@ class EngineTable:
     join: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(running, new, tokens each, s): what a step that admits `new` requests "
                          "into `running` decoding ones costs beyond the plain step after it")
+    call: tuple[tuple[float, float], ...] = spec_field(
+        default=(), help="(requests, s): what one call handing the executor's engine actor "
+                         "that many requests costs beyond the engine's steps (round trip, "
+                         "building and adding requests, returning results)")
     contention: tuple[tuple[float, float], ...] = spec_field(
         default=(), help="(busy, ratio): this model's engine steps with `busy` devices of the "
                          "host generating at once over one (CPU; where measured, it replaces "
@@ -76,6 +81,10 @@ class EngineTable:
     def __post_init__(self) -> None:
         _check_points(self.decode, "decode")
         _check_points(self.prefill, "prefill")
+        for i, p in enumerate(self.call):
+            if len(p) != 2 or p[0] < 1 or p[1] < 0:
+                raise InputError(f"got {list(p)}; allowed: [requests >= 1, seconds >= 0]",
+                                 field=f"call[{i}]")
         for i, p in enumerate(self.contention):
             if len(p) != 2 or p[0] < 2 or p[1] <= 0:
                 raise InputError(f"got {list(p)}; allowed: [busy >= 2, ratio > 0]",

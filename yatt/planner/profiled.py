@@ -26,6 +26,10 @@ points and extrapolates along the roofline's form:
                   count); without that table, the in-process state-dict gather + engine
                   update plus the round trips and the state dict's trip through Ray's
                   object store (`tables.transfer`, linear in bytes; fp32 weights)
+  engine calls    what one call handing an engine actor k requests costs beyond its steps
+                  (`engine.call`: c0 + c1*k; the round trip, building and adding requests,
+                  a GenRM's template and tokenizers, returning results), owed by the engine
+                  per batch call and per streamed hand-off (`yatt.sim.simulate.CallCost`)
   streaming       the measured cost of one queue put to the rollout engine that makes it
                   (`tables.handoff_s`; `yatt.sim.simulate.StreamCost`): the engine does not
                   wait for the put, but its serialisation runs on the engine's core
@@ -135,6 +139,10 @@ class _Fits:
                 resid = [x - self._step(n, p) for n, p, x in e.prefill]
                 self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid,
                                     [x for _, _, x in e.prefill])
+        self.call = None
+        if e is not None and e.call:   # absolute least squares: overheads can be ~0
+            self.call, _ = nnls(np.array([[1.0, n] for n, _ in e.call]),
+                                np.array([t for _, t in e.call]))
         if e is not None and e.join:
             # measured as the mixed step minus the plain step after it: already an extra
             self.join = _fit([np.array([k, k * p, k * p * p]) for _, k, p, _ in e.join],
@@ -296,6 +304,15 @@ class ProfiledCostModel:
         if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
             return f.engine.start_s + self.tables.rpc_s
         return self.analytic.reload_time(model, role, par, release)
+
+    def engine_call_time(self, model: ModelSpec, requests: int) -> float:
+        """What one call handing this model's engine actor `requests` requests costs beyond
+        its steps (`yatt.sim.simulate.CallCost`): c0 + c1*requests fitted to the profile's
+        `engine.call` points; 0 without them."""
+        f = self._fit(model)
+        if f is None or f.call is None or requests <= 0:
+            return 0.0
+        return float(f.call[0] + f.call[1] * requests)
 
     def stream_handoff_time(self, items: int) -> float:
         """What one streamed batch costs the rollout engine (`StreamCost`; measured)."""

@@ -18,6 +18,11 @@ Each request then needs `max(1, output)` decode steps.
 An arrival that finds room while the engine is decoding interrupts the interval: progress
 first pays any prefill still owed, then is credited pro rata in whole decode steps (the
 remainder carries over), then the newcomer joins.
+
+A call that hands an engine k requests at once (a batch, or one streamed hand-off) can
+cost the engine's process time beyond its steps: the call itself, building and adding k
+requests, returning results (`call_s(k)`, `simulate.CallCost`). It is owed like prefill,
+before the engine's next steps.
 """
 from __future__ import annotations
 
@@ -42,12 +47,14 @@ class GenEngine:
                  cost: CostModel, kv_cap: int, max_seqs: int, in_tokens: Sequence[int],
                  out_tokens: Sequence[int], prefill_s: Sequence[float], on_done: DoneFn,
                  on_admit: Optional[Callable[[int], None]] = None,
-                 join_s: Optional[Sequence[float]] = None) -> None:
+                 join_s: Optional[Sequence[float]] = None,
+                 call_s: Optional[Callable[[int], float]] = None) -> None:
         self.env, self.devices, self.model, self.tp, self.cost = env, devices, model, tp, cost
         self.kv_cap, self.max_seqs = kv_cap, max_seqs
         self.inp, self.out, self.pf = in_tokens, out_tokens, prefill_s
         self.pj = prefill_s if join_s is None else join_s
         self.on_done, self.on_admit = on_done, on_admit
+        self.call_s = call_s
         self.on_drop: Optional[Callable[["GenEngine"], None]] = None  # outstanding went down
         self.router_index = 0
         self.waiting: deque[int] = deque()
@@ -71,6 +78,11 @@ class GenEngine:
         self.waiting.append(i)
         self.outstanding += 1
         self.poke()
+
+    def charge(self, requests: int) -> None:
+        """One call handed this engine `requests` requests: owe its overhead (`call_s`)."""
+        if self.call_s is not None and requests > 0:
+            self.debt += self.call_s(requests)
 
     def poke(self) -> None:
         """New work may be admissible: wake an idle engine or interrupt a decode interval."""
@@ -138,24 +150,25 @@ class GenEngine:
             B, S = len(heap), self.S
             r = heap[0][0] - S
             dec = cost.decode_time(model, tp, B, self.base + B * S, r)
-            dt = self.debt + max(0.0, dec - self.carry)
+            owed = self.debt      # charges that arrive during the interval stay owed
+            dt = owed + max(0.0, dec - self.carry)
             t0 = env.now
             self.decoding = True
             try:
                 yield env.timeout(dt)
             except simpy.Interrupt:
                 spent = env.now - t0
-                if spent <= self.debt:  # still prefilling
+                if spent <= owed:  # still prefilling
                     self.debt -= spent
                     continue
-                spent = spent - self.debt + self.carry
-                self.debt = 0.0
+                spent = spent - owed + self.carry
+                self.debt -= owed
                 k = min(r - 1, int(r * spent / dec)) if dec > 0 else 0
                 self.carry = max(0.0, spent - dec * k / r)
                 self.S += k
                 self._tokens += k * B
                 continue
-            self.debt = 0.0
+            self.debt -= owed
             self.decoding = False
             self.carry = 0.0
             self.S = S = S + r
@@ -208,13 +221,20 @@ class Router:
         best.submit(i)
         heapreplace(load, (best.outstanding, k))
 
+    def _charge(self, before: list[int]) -> None:
+        """Each engine that one call handed requests to owes that call's overhead."""
+        for e, n in zip(self.engines, before):
+            e.charge(e.outstanding - n)
+
     def submit(self, items: Sequence[int]) -> Optional[simpy.Event]:
         cap = self.capacity
+        before = [e.outstanding for e in self.engines]
         for i in items:
             if cap is not None and (self.queued >= cap or self.overflow):
                 self.overflow.append(i)
             else:
                 self._dispatch(i)
+        self._charge(before)
         if self.overflow:
             ev = self.env.event()
             self.blocked.append(ev)
@@ -224,11 +244,13 @@ class Router:
     def submit_all(self, items: Sequence[int]) -> None:
         """Bulk dispatch at one instant to idle engines: least-loaded is round robin."""
         engines = self.engines
+        before = [e.outstanding for e in engines]
         start = min(range(len(engines)), key=lambda k: engines[k].outstanding)
         n = len(engines)
         for j, i in enumerate(items):
             self.queued += 1
             engines[(start + j) % n].submit(i)
+        self._charge(before)
         self.load = [(e.outstanding, k) for k, e in enumerate(engines)]
         heapify(self.load)
 

@@ -56,6 +56,18 @@ class JoinCost(Protocol):
     def prefill_join_time(self, model: ModelSpec, tp: int, tokens: int) -> float: ...
 
 
+@runtime_checkable
+class CallCost(Protocol):
+    """Optional cost-model extension: seconds of an engine's process that one call handing
+    it `requests` requests costs beyond the engine steps (the call's round trip, turning
+    results into requests -- a GenRM's prompt template and tokenizer --, adding them to the
+    engine, returning the results). Charged per engine per batch call and per streamed
+    hand-off it receives (`GenEngine.charge`). `yatt profile` measures it on the executor's
+    engine actors (`engine.call`). A cost model without it makes calls free."""
+
+    def engine_call_time(self, model: ModelSpec, requests: int) -> float: ...
+
+
 def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, steps: int = 1,
              *, recorded: Optional[Sequence[SampleRecord]] = None) -> Trace:
     """Simulate `steps` RL steps of `plan` on `workload`.
@@ -178,11 +190,19 @@ class _Step:
         pf = self.run.prefill_times(role, inp)
         pj = self.run.prefill_times(role, inp, join=True) if isinstance(self.cost, JoinCost) else None
         cost = engine_cost(self.cost, phase, busy, model)
-        if cost is not self.cost:
-            pf = [cost.factor * x for x in pf]
-            pj = None if pj is None else [cost.factor * x for x in pj]
+        k = cost.factor if cost is not self.cost else 1.0
+        if k != 1.0:
+            pf = [k * x for x in pf]
+            pj = None if pj is None else [k * x for x in pj]
+        call = None
+        if isinstance(self.cost, CallCost):
+            base = self.cost
+
+            def call(n: int) -> float:   # CPU work of the engine's process: contended too
+                return k * base.engine_call_time(model, n)
         engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
-                             self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj)
+                             self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj,
+                             call_s=call)
                    for g in pl.groups()]
         return Router(env, engines, capacity)
 
