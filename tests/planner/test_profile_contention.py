@@ -85,6 +85,22 @@ def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
 
 
 @pytest.mark.slow
+def test_genrm_call_overhead_is_timed_on_the_executors_judge_actor():
+    """GenRMServer.judge through Ray, against the same judgments' bare engine steps."""
+    pytest.importorskip("vllm")
+    from yatt.exec import microbench as mb
+    from yatt.exec import microbench_ray as mbr
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
+    ticks = []
+    got = mbr.call_overhead_times(exp.genrm, mb.model_path(exp.genrm), "cpu", reps=1,
+                                  max_num_seqs=16, sizes=(2, 8), tick=ticks.append,
+                                  judge=(mb.model_path(exp.actor), mb.model_path(exp.genrm), 4))
+    assert [n for n, _ in got] == [2, 8] and all(0 <= t < 2 for _, t in got)
+    assert ticks == [f"{exp.genrm.name}: engine call overhead"]
+
+
+@pytest.mark.slow
 def test_stream_handoff_is_timed_on_a_real_engine_actor():
     """The executor's engine actor streaming to a Ray queue, against generating alone."""
     pytest.importorskip("vllm")

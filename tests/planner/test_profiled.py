@@ -141,6 +141,7 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {models: {m: {sync: [[0, 0.04]]}}}", "sync[0]"),
     ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, contention: [[1, 1.2]]}}}}",
      "contention[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, call: [[8, -0.01]]}}}}", "call[0]"),
     ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, join: [[4, 0, 24, 0.001]]}}}}",
      "join[0]"),
 ])
@@ -411,7 +412,8 @@ def test_measured_dp_group_replaces_the_analytic_all_reduce(exp, cost):
     assert dp.train_time(exp.actor, lens, two) == pytest.approx(
         1.5 * cost.train_time(exp.actor, lens, one), rel=1e-6)
     assert dp.grad_sync_time(exp.actor, two) == 0.0
-    assert dp.train_time(exp.actor, lens, one) == pytest.approx(cost.train_time(exp.actor, lens, one))
+    assert dp.train_time(exp.actor, lens, one) == pytest.approx(
+        cost.train_time(exp.actor, lens, one))
     # a DP size the profile did not time keeps the analytic all-reduce
     assert dp.grad_sync_time(exp.actor, Parallel(1, 1, 4)) == cost.grad_sync_time(
         exp.actor, Parallel(1, 1, 4))
@@ -449,3 +451,29 @@ def test_a_genrm_with_its_own_contention_uses_it(exp, cost):
     assert isinstance(ge, SlowedEngineCost) and ge.factor == pytest.approx(1.2)
     assert isinstance(ae, SlowedEngineCost) and ae.factor == pytest.approx(1.05)
     assert engine_cost(c, Phase.GENRM, 1, exp.genrm) is c
+
+
+def test_engine_call_overhead_is_fitted_from_the_call_table(exp, cost):
+    """c0 + c1 * requests through the measured (requests, s) points; nothing without them."""
+    from yatt.sim.simulate import CallCost
+
+    t = _tables()
+    m = dict(t.models)
+    g = m["tiny-genrm"]
+    pts = tuple((float(n), 0.007 + 0.0004 * n) for n in (2, 8, 32))
+    m["tiny-genrm"] = dataclasses.replace(g, engine=dataclasses.replace(g.engine, call=pts))
+    c = cost_model_for(exp, Profile(tables=dataclasses.replace(t, models=m)))
+    assert isinstance(c, CallCost)
+    assert c.engine_call_time(exp.genrm, 16) == pytest.approx(0.007 + 0.0004 * 16, rel=1e-6)
+    assert c.engine_call_time(exp.genrm, 0) == 0.0
+    assert c.engine_call_time(exp.actor, 16) == 0.0      # the actor's engine has no call table
+    assert cost.engine_call_time(exp.genrm, 16) == 0.0
+
+
+def test_judge_budget_is_the_clamped_mean_output():
+    from yatt.core.specs import DistKind, LengthDist
+
+    w = load_experiment(DEMO).workload
+    for mean, want in ((1, 4), (16, 16), (500, 64)):
+        ww = dataclasses.replace(w, genrm_output_len=LengthDist(DistKind.CONST, mean))
+        assert ww.judge_max_tokens == want

@@ -101,12 +101,15 @@ class Points:
                              and 2 <= (n := e.cluster.num_gpus // t) <= MAX_TP_MEASURED}))
 
     def ticks(self, actors: int, genrms: int, busy: int = 0, tps: int = 0) -> int:
-        """Progress ticks of a profile (`tps`: TP and DP groups timed, over all actors; a
-        GenRM adds the stream hand-off)."""
+        """Progress ticks of a profile (`tps`: TP and DP groups timed, over all actors).
+        With Ray: the round trip, and per actor two transfers, a weight sync and an engine
+        call; per GenRM an engine call, and the stream hand-off once. With contention:
+        each busy count and 1, and each GenRM's own."""
         per_engine = 1 + self.restarts + 2
         per_actor = 4 + max(1, self.passes) + per_engine
-        return (per_actor * actors + per_engine * genrms + int(self.ray) * (1 + 4 * actors + genrms)
-                + int(self.ray and genrms > 0) + (busy + 1 + genrms if busy else 0) + tps)
+        ray = int(self.ray) * (1 + 4 * actors + genrms) + int(self.ray and genrms > 0)
+        return (per_actor * actors + per_engine * genrms + ray
+                + (busy + 1 + genrms if busy else 0) + tps)
 
 
 MAX_CONTENTION_BUSY = 4
@@ -223,7 +226,8 @@ def _with_call(m: ModelTables, points) -> ModelTables:
 
 
 def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
-                      tick: Optional[Tick] = None, seed: int = 0) -> tuple[tuple[float, float], ...]:
+                      tick: Optional[Tick] = None, seed: int = 0
+                      ) -> tuple[tuple[float, float], ...]:
     """(busy, ratio) of the experiment's GenRM engines: a judge-like batch with n engines of
     it generating at once over one alone, median of the paired per-round ratios."""
     from yatt.exec import microbench as mb

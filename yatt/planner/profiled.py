@@ -363,7 +363,8 @@ class ProfiledCostModel:
             return None
         if busy <= 1:
             return 1.0
-        return float(np.interp(float(busy), [1.0] + [b for b, _ in pts], [1.0] + [r for _, r in pts]))
+        return float(np.interp(float(busy), [1.0] + [b for b, _ in pts],
+                               [1.0] + [r for _, r in pts]))
 
     def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
         return self.analytic.checkpoint_time(model, par)
