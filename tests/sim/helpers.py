@@ -34,3 +34,17 @@ def partial_pair(cost_a, cost_b, seed: int = 3):
     w = workload(8, 4, resp=100)
     part = make_plan(experiment(w), Mode.PARTIAL, rollout_devices=4)
     return simulate(part, w, cost_a, seed), simulate(part, w, cost_b, seed)
+
+
+def phase_busy(trace, phase) -> float:
+    """Summed span seconds of one phase (engines: their busy intervals)."""
+    return sum(s.duration for s in trace.spans if s.phase is phase)
+
+
+def extension_pair(free, priced, protocol):
+    """`partial_pair` of a cost model without an optional extension and one with it, after
+    checking which implements `protocol`; both must generate the same samples."""
+    assert isinstance(priced, protocol) and not isinstance(free, protocol)
+    a, b = partial_pair(free, priced)
+    assert sorted(s.sample_id for s in b.samples) == sorted(s.sample_id for s in a.samples)
+    return a, b

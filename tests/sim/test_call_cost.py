@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakecost import FakeCostModel
-from helpers import GENRM_BIG, experiment, partial_pair, workload
+from helpers import GENRM_BIG, experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase, Role
 from yatt.sim import make_plan, simulate
 from yatt.sim.engine import GenEngine, Router
@@ -27,17 +27,10 @@ class CallPricey(FakeCostModel):
         return self.a + self.b * requests
 
 
-def _busy(tr, phase):
-    return sum(s.duration for s in tr.spans if s.phase is phase)
-
-
 def test_streamed_hand_offs_and_batch_calls_cost_their_engines():
-    free, pricey = FakeCostModel(), CallPricey()
-    assert isinstance(pricey, CallCost) and not isinstance(free, CallCost)
-    a, b = partial_pair(free, pricey)
-    assert _busy(b, Phase.GENRM) > _busy(a, Phase.GENRM) + 0.02
-    assert _busy(b, Phase.ROLLOUT) > _busy(a, Phase.ROLLOUT)
-    assert sorted(s.sample_id for s in b.samples) == sorted(s.sample_id for s in a.samples)
+    a, b = extension_pair(FakeCostModel(), CallPricey(), CallCost)
+    assert phase_busy(b, Phase.GENRM) > phase_busy(a, Phase.GENRM) + 0.02
+    assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT)
 
 
 def test_a_colocate_batch_pays_one_call_per_engine():
@@ -47,8 +40,8 @@ def test_a_colocate_batch_pays_one_call_per_engine():
     col = make_plan(experiment(w), Mode.COLOCATE)
     a, b = simulate(col, w, FakeCostModel(), 3), simulate(col, w, CallPricey(b=0.0), 3)
     engines = len(col.placement(Role.ROLLOUT).groups())
-    assert _busy(b, Phase.ROLLOUT) - _busy(a, Phase.ROLLOUT) == pytest.approx(0.02 * engines,
-                                                                            rel=1e-6)
+    grown = phase_busy(b, Phase.ROLLOUT) - phase_busy(a, Phase.ROLLOUT)
+    assert grown == pytest.approx(0.02 * engines, rel=1e-6)
 
 
 def _engine(env, out, call_s=None):

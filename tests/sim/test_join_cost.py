@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fakecost import FakeCostModel
-from helpers import experiment, partial_pair, workload
+from helpers import experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
 from yatt.sim.simulate import JoinCost
@@ -31,16 +31,9 @@ class JoinSame(FakeCostModel):
         return self.prefill_time(model, tp, tokens)
 
 
-def _busy(tr, phase):
-    return sum(s.duration for s in tr.spans if s.phase is phase)
-
-
 def test_streamed_genrm_requests_pay_the_join_cost():
-    free, pricey = FakeCostModel(), JoinPricey()
-    assert isinstance(pricey, JoinCost) and not isinstance(free, JoinCost)
-    a, b = partial_pair(free, pricey)
-    assert _busy(b, Phase.GENRM) > _busy(a, Phase.GENRM) + 0.05
-    assert sorted(s.sample_id for s in b.samples) == sorted(s.sample_id for s in a.samples)
+    a, b = extension_pair(FakeCostModel(), JoinPricey(), JoinCost)
+    assert phase_busy(b, Phase.GENRM) > phase_busy(a, Phase.GENRM) + 0.05
 
 
 def test_a_batch_entering_an_idle_engine_does_not_join():

@@ -3,7 +3,7 @@ batch it hands to the GenRM queue (partial colocate). Colocate does not stream."
 from dataclasses import dataclass
 
 from fakecost import FakeCostModel
-from helpers import experiment, partial_pair, workload
+from helpers import experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
 from yatt.sim.simulate import StreamCost
@@ -17,16 +17,10 @@ class HandoffCost(FakeCostModel):
         return self.handoff_s
 
 
-def _rollout_busy(tr):
-    return sum(s.duration for s in tr.spans if s.phase is Phase.ROLLOUT)
-
-
 def test_handoff_slows_partial_rollout_only():
     free, slow = FakeCostModel(), HandoffCost()
-    assert isinstance(slow, StreamCost) and not isinstance(free, StreamCost)
-    a, b = partial_pair(free, slow)
-    assert _rollout_busy(b) > _rollout_busy(a) + 0.5
-    assert len(b.samples) == len(a.samples)
+    a, b = extension_pair(free, slow, StreamCost)
+    assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT) + 0.5
     w = workload(8, 4, resp=100)
     col = make_plan(experiment(w), Mode.COLOCATE)
     assert simulate(col, w, free, 3).step_times() == simulate(col, w, slow, 3).step_times()

@@ -194,12 +194,10 @@ class _Step:
         if k != 1.0:
             pf = [k * x for x in pf]
             pj = None if pj is None else [k * x for x in pj]
-        call = None
-        if isinstance(self.cost, CallCost):
-            base = self.cost
-
-            def call(n: int) -> float:   # CPU work of the engine's process: contended too
-                return k * base.engine_call_time(model, n)
+        base = self.cost
+        # a call's overhead is CPU work of the engine's process: contended like its steps
+        call = ((lambda n: k * base.engine_call_time(model, n))
+                if isinstance(base, CallCost) else None)
         engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
                              self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj,
                              call_s=call)
