@@ -68,16 +68,16 @@ def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
     engine actors), and a GenRM's own engine contention (2 engines at once over 1)."""
     pytest.importorskip("vllm")
     from yatt.exec import microbench as mb
-    from yatt.exec import microbench_ray as mbr
+    from yatt.exec import microbench_engines as mbe
     from yatt.planner.profile import engine_contention
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     ticks = []
-    got = mbr.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (2, 1), reps=1,
+    got = mbe.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (2, 1), reps=1,
                          max_num_seqs=8, mem_util=0.5, tick=ticks.append)
     assert len(got) == 2 and all(0 < t < 10 for t in got)
     with pytest.raises(ValueError, match="engine counts"):
-        mbr.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (0,), 1, 8, 0.5)
+        mbe.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (0,), 1, 8, 0.5)
     ec = engine_contention(exp, "cpu", (2,), rounds=1, tick=ticks.append)
     assert len(ec) == 1 and ec[0][0] == 2.0 and ec[0][1] > 0
     assert engine_contention(exp, "cpu", (), rounds=1) == ()
@@ -89,11 +89,11 @@ def test_genrm_call_overhead_is_timed_on_the_executors_judge_actor():
     """GenRMServer.judge through Ray, against the same judgments' bare engine steps."""
     pytest.importorskip("vllm")
     from yatt.exec import microbench as mb
-    from yatt.exec import microbench_ray as mbr
+    from yatt.exec import microbench_engines as mbe
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     ticks = []
-    got = mbr.call_overhead_times(exp.genrm, mb.model_path(exp.genrm), "cpu", reps=1,
+    got = mbe.call_overhead_times(exp.genrm, mb.model_path(exp.genrm), "cpu", reps=1,
                                   max_num_seqs=16, sizes=(2, 8), tick=ticks.append,
                                   judge=(mb.model_path(exp.actor), mb.model_path(exp.genrm), 4))
     assert [n for n, _ in got] == [2, 8] and all(0 <= t < 2 for _, t in got)
@@ -105,11 +105,11 @@ def test_stream_handoff_is_timed_on_a_real_engine_actor():
     """The executor's engine actor streaming to a Ray queue, against generating alone."""
     pytest.importorskip("vllm")
     from yatt.exec import microbench as mb
-    from yatt.exec import microbench_ray as mbr
+    from yatt.exec import microbench_engines as mbe
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     mb.prepare("cpu")
     ticks = []
-    s = mbr.handoff_time(mb.model_path(exp.actor), exp.actor.vocab, reps=2, requests=8,
+    s = mbe.handoff_time(mb.model_path(exp.actor), exp.actor.vocab, reps=2, requests=8,
                          tick=ticks.append)
     assert 0.0 <= s < 0.1 and ticks == ["stream hand-off"]

@@ -5,8 +5,8 @@ hardware: Megatron training steps (`trainer.MegatronTrainer`), reference log-pro
 (`workers.ReferenceWorker`, HF forward), vLLM prefill/decode steps, engine
 create/teardown (`rollout.EngineCore`, exactly what `Release.TEARDOWN` does) and the
 weight update (`MegatronTrainer.hf_state_dict` -> `EngineCore.update_weights`).
-Everything here runs in-process (no Ray; `microbench_ray` has the benchmarks that need a
-Ray session), one thread on CPU, with the executor's own
+Everything here runs in-process (no Ray; `microbench_ray` and `microbench_engines` have the
+benchmarks that need a Ray session), one thread on CPU, with the executor's own
 environment settings (`env.apply_local_env`). This module imports core only at import
 time; torch/vllm/megatron are imported inside the functions.
 

@@ -168,12 +168,12 @@ def sync_counts(exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
 
 def _sync_table(exp: Experiment, exps: Sequence[Experiment], device: str, pts: Points,
                 tick: Tick, seed: int) -> tuple[tuple[float, float], ...]:
-    """(engines, s) of a weight sync on the executor's path (`microbench_ray.sync_times`)."""
+    """(engines, s) of a weight sync on the executor's path (`microbench_engines.sync_times`)."""
     from yatt.exec import microbench as mb
-    from yatt.exec import microbench_ray as mbr
+    from yatt.exec import microbench_engines as mbe
 
     counts = sync_counts(exps, exp.actor.name)
-    ts = mbr.sync_times(exp.actor, mb.model_path(exp.actor, seed), device, counts,
+    ts = mbe.sync_times(exp.actor, mb.model_path(exp.actor, seed), device, counts,
                         max(3, pts.reps * pts.passes), exp.engine.max_num_seqs,
                         exp.engine.gpu_memory_utilization, exp.algo.micro_batch_tokens, tick)
     return tuple((float(n), round(t, 6)) for n, t in zip(counts, ts))
@@ -231,12 +231,12 @@ def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds:
     """(busy, ratio) of the experiment's GenRM engines: a judge-like batch with n engines of
     it generating at once over one alone, median of the paired per-round ratios."""
     from yatt.exec import microbench as mb
-    from yatt.exec import microbench_ray as mbr
+    from yatt.exec import microbench_engines as mbe
 
     busy = tuple(sorted({int(n) for n in busy if n >= 2}))
     if not busy:
         return ()
-    t = mbr.engine_contention_times(exp.genrm, mb.model_path(exp.genrm, seed), device, busy,
+    t = mbe.engine_contention_times(exp.genrm, mb.model_path(exp.genrm, seed), device, busy,
                                     rounds, exp.engine.genrm_max_num_seqs, seed)
     if tick:
         tick(f"{exp.genrm.name}: engine contention")
@@ -308,6 +308,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     import numpy as np
 
     from yatt.exec import microbench as mb
+    from yatt.exec import microbench_engines as mbe
     from yatt.exec import microbench_ray as mbr
 
     pts = points or Points()
@@ -337,7 +338,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
     rpc = round(rpc, 6)
     streams = pts.ray and any(e.genrm is not None for e in exps)
-    handoff = (mbr.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
+    handoff = (mbe.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
                                 pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
     c_load0 = os.getloadavg()[0]
@@ -345,13 +346,13 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                               pts.contention_rounds, tick, seed)
     if pts.ray:   # each engine model's call overhead on the executor's actors
         for e in actors:
-            models[e.actor.name] = _with_call(models[e.actor.name], mbr.call_overhead_times(
+            models[e.actor.name] = _with_call(models[e.actor.name], mbe.call_overhead_times(
                 e.actor, mb.model_path(e.actor, seed), device, pts.reps * 2,
                 e.engine.max_num_seqs, seed=seed, tick=tick))
         for e in genrms:
             judge = (mb.model_path(e.actor, seed), mb.model_path(e.genrm, seed),
                      e.workload.judge_max_tokens)
-            models[e.genrm.name] = _with_call(models[e.genrm.name], mbr.call_overhead_times(
+            models[e.genrm.name] = _with_call(models[e.genrm.name], mbe.call_overhead_times(
                 e.genrm, mb.model_path(e.genrm, seed), device, pts.reps * 2,
                 e.engine.genrm_max_num_seqs, judge=judge, seed=seed, tick=tick))
     for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
