@@ -85,8 +85,9 @@ def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
 
 
 @pytest.mark.slow
-def test_genrm_call_overhead_is_timed_on_the_executors_judge_actor():
-    """GenRMServer.judge through Ray, against the same judgments' bare engine steps."""
+def test_call_overhead_is_timed_on_the_executors_engine_actors():
+    """GenRMServer.judge and EngineServer.generate through Ray, against the same requests'
+    bare engine steps."""
     pytest.importorskip("vllm")
     from yatt.exec import microbench as mb
     from yatt.exec import microbench_engines as mbe
@@ -95,9 +96,15 @@ def test_genrm_call_overhead_is_timed_on_the_executors_judge_actor():
     ticks = []
     got = mbe.call_overhead_times(exp.genrm, mb.model_path(exp.genrm), "cpu", reps=1,
                                   max_num_seqs=16, sizes=(2, 8), tick=ticks.append,
-                                  judge=(mb.model_path(exp.actor), mb.model_path(exp.genrm), 4))
+                                  judge=mbe.JudgeSetup(mb.model_path(exp.actor),
+                                                       exp.actor.vocab, 4))
     assert [n for n, _ in got] == [2, 8] and all(0 <= t < 2 for _, t in got)
-    assert ticks == [f"{exp.genrm.name}: engine call overhead"]
+    # the rollout engine's own call (EngineServer.generate), seeded requests
+    roll = mbe.call_overhead_times(exp.actor, mb.model_path(exp.actor), "cpu", reps=1,
+                                   max_num_seqs=16, sizes=(4,), tick=ticks.append)
+    assert [n for n, _ in roll] == [4] and 0 <= roll[0][1] < 2
+    assert ticks == [f"{exp.genrm.name}: engine call overhead",
+                     f"{exp.actor.name}: engine call overhead"]
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ ray/torch/vllm inside the functions.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from yatt.core.specs import ModelSpec
@@ -199,6 +200,16 @@ def sync_times(spec: ModelSpec, hf_path: str, device: str, engines: Sequence[int
 CALL_SIZES = (2, 8, 32)   # requests per call
 
 
+@dataclass(frozen=True)
+class JudgeSetup:
+    """What a GenRM's judge call needs besides the GenRM: the actor whose results it judges
+    (its tokenizer decodes them) and the judge's token budget."""
+
+    actor_path: str
+    actor_vocab: int
+    max_tokens: int
+
+
 class _StepsOnly:
     """Mixin for the executor's engine actor bodies: run requests through the bare engine,
     timing only its steps (what the engine tables time), in the same process."""
@@ -213,13 +224,13 @@ class _StepsOnly:
 
 
 def call_overhead_times(spec: ModelSpec, hf_path: str, device: str, reps: int,
-                        max_num_seqs: int, judge: Optional[tuple[str, str, int]] = None,
+                        max_num_seqs: int, judge: Optional[JudgeSetup] = None,
                         sizes: Sequence[int] = CALL_SIZES, seed: int = 0,
                         tick: Optional[Tick] = None) -> list[tuple[int, float]]:
     """(requests, s) per call size: what one call handing an engine actor n requests costs
     beyond that engine's steps, on the executor's path. The driver calls the executor's
-    actor (`EngineServer.generate` with rollout-like requests, or with `judge` =
-    (actor tokenizer, GenRM path, max tokens) `GenRMServer.judge` on rollout results) and
+    actor (`EngineServer.generate` with rollout-like requests, or with `judge`, `spec`
+    being a GenRM, `GenRMServer.judge` on rollout results of `judge`'s actor) and
     times the call; the same actor then runs the same requests through the bare engine
     timing only its steps; the difference is the call's round trip, building and adding the
     requests (a GenRM's template and tokenizers), the server's step loop and returning the
@@ -230,27 +241,30 @@ def call_overhead_times(spec: ModelSpec, hf_path: str, device: str, reps: int,
     from .genrm import GenRMServer, JudgeConfig
     from .rollout import EngineServer, GenRequest, GenResult
 
+    class _TimedEngine(_StepsOnly, EngineServer):
+        pass
+
+    class _TimedJudge(_StepsOnly, GenRMServer):
+        pass
+
     prepare(device)
     rng = np.random.default_rng(seed)
     keys = iter(range(10 ** 9))
-    body = type("_Timed", (_StepsOnly, GenRMServer if judge else EngineServer), {})
     cfg = _engine_config(hf_path, device == "cpu", max_num_seqs, 0.5)
     with local_ray():
         if judge:
-            actor_tok, genrm_path, max_tokens = judge
-            cfg = _engine_config(genrm_path, device == "cpu", max_num_seqs, 0.5)
-            a = ray.remote(num_cpus=0)(body).remote(cfg, JudgeConfig(actor_tok, genrm_path,
-                                                                     max_tokens=max_tokens))
+            a = ray.remote(num_cpus=0)(_TimedJudge).remote(
+                cfg, JudgeConfig(judge.actor_path, hf_path, max_tokens=judge.max_tokens))
         else:
-            a = ray.remote(num_cpus=0)(body).remote(cfg)
+            a = ray.remote(num_cpus=0)(_TimedEngine).remote(cfg)
         try:
             ray.get(a.acquire.remote())
 
             def work(n: int) -> list:
                 if judge:   # rollout results: 13 prompt tokens, 10 response tokens
-                    return [GenResult(next(keys), _ids(13, spec.vocab, rng),
-                                      _ids(10, spec.vocab, rng), (), "stop", 0.0)
-                            for _ in range(n)]
+                    v = judge.actor_vocab
+                    return [GenResult(next(keys), _ids(13, v, rng), _ids(10, v, rng), (),
+                                      "stop", 0.0) for _ in range(n)]
                 return [GenRequest(next(keys), _ids(13, spec.vocab, rng), 8, 1.0,
                                    int(rng.integers(1 << 30)), False) for _ in range(n)]
 

@@ -350,8 +350,8 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                 e.actor, mb.model_path(e.actor, seed), device, pts.reps * 2,
                 e.engine.max_num_seqs, seed=seed, tick=tick))
         for e in genrms:
-            judge = (mb.model_path(e.actor, seed), mb.model_path(e.genrm, seed),
-                     e.workload.judge_max_tokens)
+            judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
+                                   e.workload.judge_max_tokens)
             models[e.genrm.name] = _with_call(models[e.genrm.name], mbe.call_overhead_times(
                 e.genrm, mb.model_path(e.genrm, seed), device, pts.reps * 2,
                 e.engine.genrm_max_num_seqs, judge=judge, seed=seed, tick=tick))
