@@ -18,7 +18,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from yatt.core.balance import group_consecutive  # noqa: F401  (re-exported: the trainer's packing)
+from yatt.core.balance import group_consecutive
 from yatt.core.specs import KLEstimator, LrSchedule
 
 

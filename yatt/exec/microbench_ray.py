@@ -187,6 +187,7 @@ class GroupRank:
                  rank: int, dp: int = 1) -> None:
         prepare(device)
         self.args = (spec, hf_path, device, mbt, tp, rank, dp)
+        self.dp_rank = rank // tp   # Megatron's rank order puts TP innermost
         self.tb: Optional[TrainBench] = None
 
     def address(self) -> int:
@@ -201,11 +202,10 @@ class GroupRank:
     def step_time(self, batch: int, seq: int, reps: int, seed: int) -> float:
         import numpy as np
 
-        # the TP ranks of one DP rank see the same batch (Megatron's rank order puts TP
-        # innermost); DP ranks see different batches of the same shape, as in a real step
-        tp = self.args[4]
+        # the TP ranks of one DP rank see the same batch; DP ranks see different batches of
+        # the same shape, as in a real step
         return self.tb.step_time(batch, seq, reps,
-                                 np.random.default_rng(seed + 7919 * (self.args[5] // tp)))
+                                 np.random.default_rng(seed + 7919 * self.dp_rank))
 
     def hf_state_dict(self) -> dict:
         return self.tb.trainer.hf_state_dict()

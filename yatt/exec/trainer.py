@@ -20,12 +20,13 @@ from typing import Optional, Sequence
 
 import torch
 
+from yatt.core.balance import group_consecutive
 from yatt.core.errors import InputError
 from yatt.core.specs import KLEstimator, ModelSpec
 
 from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
-                   group_consecutive, micro_batches_by_length, ppo_clip_loss, total_token_loss)
+                   micro_batches_by_length, ppo_clip_loss, total_token_loss)
 from .trainer_state import TrainerState
 
 

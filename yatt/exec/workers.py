@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from yatt.core.balance import REF_BATCH_TOKENS
+from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
 from yatt.core.specs import KLEstimator, ModelSpec
 
 
@@ -175,7 +175,6 @@ class ReferenceWorker:
         rounding; 2-4x faster than one forward per sequence on CPU)."""
         import torch
 
-        from .algo import group_consecutive
 
         out: list = [None] * len(input_ids)
         groups = group_consecutive([len(x) for x in input_ids],
