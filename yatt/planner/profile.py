@@ -176,7 +176,7 @@ def _sync_table(exp: Experiment, exps: Sequence[Experiment], device: str, pts: P
     ts = mbe.sync_times(exp.actor, mb.model_path(exp.actor, seed), device, counts,
                         max(3, pts.reps * pts.passes), exp.engine.max_num_seqs,
                         exp.engine.gpu_memory_utilization, exp.algo.micro_batch_tokens, tick)
-    return tuple((float(n), round(t, 6)) for n, t in zip(counts, ts))
+    return _points(zip(counts, ts))
 
 
 def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int,
@@ -220,9 +220,14 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                        stop_len=tuple(sorted(stops)), stop_cap=cap)
 
 
-def _with_call(m: ModelTables, points) -> ModelTables:
-    return dataclasses.replace(m, engine=dataclasses.replace(
-        m.engine, call=tuple((float(n), round(t, 6)) for n, t in points)))
+def _with_engine(m: ModelTables, **fields) -> ModelTables:
+    """`m` with these fields of its engine table replaced."""
+    return dataclasses.replace(m, engine=dataclasses.replace(m.engine, **fields))
+
+
+def _points(points) -> tuple[tuple[float, float], ...]:
+    """(count, seconds) pairs as a profile table stores them."""
+    return tuple((float(n), round(t, 6)) for n, t in points)
 
 
 def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
@@ -340,33 +345,33 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     streams = pts.ray and any(e.genrm is not None for e in exps)
     handoff = (mbe.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
                                 pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
+    if pts.ray:   # each engine model's call overhead on the executor's actors
+        for e in actors:
+            models[e.actor.name] = _with_engine(models[e.actor.name], call=_points(
+                mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
+                                        pts.reps * 2, e.engine.max_num_seqs, seed=seed,
+                                        tick=tick)))
+        for e in genrms:
+            judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
+                                   e.workload.judge_max_tokens)
+            models[e.genrm.name] = _with_engine(models[e.genrm.name], call=_points(
+                mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
+                                        pts.reps * 2, e.engine.genrm_max_num_seqs,
+                                        judge=judge, seed=seed, tick=tick)))
     load = round((load0 + os.getloadavg()[0]) / 2, 2)
     c_load0 = os.getloadavg()[0]
     cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
                               pts.contention_rounds, tick, seed)
-    if pts.ray:   # each engine model's call overhead on the executor's actors
-        for e in actors:
-            models[e.actor.name] = _with_call(models[e.actor.name], mbe.call_overhead_times(
-                e.actor, mb.model_path(e.actor, seed), device, pts.reps * 2,
-                e.engine.max_num_seqs, seed=seed, tick=tick))
-        for e in genrms:
-            judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
-                                   e.workload.judge_max_tokens)
-            models[e.genrm.name] = _with_call(models[e.genrm.name], mbe.call_overhead_times(
-                e.genrm, mb.model_path(e.genrm, seed), device, pts.reps * 2,
-                e.engine.genrm_max_num_seqs, judge=judge, seed=seed, tick=tick))
     for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
         ec = engine_contention(e, device, pts.busy_counts(exps, device), pts.contention_rounds,
                                tick, seed)
         if ec:
-            m = models[e.genrm.name]
-            models[e.genrm.name] = dataclasses.replace(
-                m, engine=dataclasses.replace(m.engine, contention=ec))
+            models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
     probe += mb.host_probe(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
-                           transfer=tuple((float(b), round(t, 6)) for b, t in moved),
+                           transfer=_points(moved),
                            handoff_s=round(handoff, 6),
                            host_probe_s=round(statistics.median(probe), 6))
     first = models[actors[0].actor.name]
