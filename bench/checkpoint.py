@@ -45,12 +45,12 @@ def measure(config: str, steps: int) -> dict:
     """The three runs (none / async / sync) of one experiment, side by side."""
     from yatt.core.config import load_experiment
     from yatt.core.roles import Mode, ReleasePolicy
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.env import ensure_ray
     from yatt.exec.runner import run_plan
 
     exp = load_experiment(config)
-    base = demo_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
+    base = make_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
     ensure_ray(base.cluster.num_gpus)
     root = Path(tempfile.mkdtemp(prefix="yatt-ckpt-bench-"))
     runs = {}

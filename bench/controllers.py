@@ -33,7 +33,7 @@ def _peak_rss(stop: threading.Event, out: list) -> None:
 def main(steps: int = 3, prompts: int = 32, payload_mb: float = 1.0) -> dict:
     from yatt.core.config import load_experiment
     from yatt.core.roles import Mode, ReleasePolicy
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.env import ensure_ray
     from yatt.exec.runner import run_plan
 
@@ -41,7 +41,7 @@ def main(steps: int = 3, prompts: int = 32, payload_mb: float = 1.0) -> dict:
     wl = dataclasses.replace(exp.workload, prompts_per_step=prompts, samples_per_prompt=2,
                              sample_payload_bytes=int(payload_mb * 2**20))
     exp = dataclasses.replace(exp, workload=wl)
-    plan = demo_plan(exp, Mode.PARTIAL, release=ReleasePolicy.RESIDENT)
+    plan = make_plan(exp, Mode.PARTIAL, release=ReleasePolicy.RESIDENT)
     ensure_ray(plan.cluster.num_gpus)
     import psutil
     import ray

@@ -206,7 +206,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
         probe = json.loads(probe_file.read_text()) if probe_file.is_file() else []
         wall = 0.0
     else:
-        from yatt.exec import microbench as mb
+        from yatt.profiling import microbench as mb
         from yatt.exec.runner import run_plan
 
         probe = mb.host_probe(PROBE_S)

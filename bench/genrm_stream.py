@@ -68,7 +68,7 @@ def main() -> int:
     import numpy as np
 
     from yatt.core.config import load_experiment
-    from yatt.exec import microbench as mb
+    from yatt.profiling import microbench as mb
     from yatt.exec.rollout import EngineCore
     from yatt.planner.profile_io import load_profile
     from yatt.planner.profiled import cost_model_for

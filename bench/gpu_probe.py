@@ -1,7 +1,7 @@
 """One short GPU lease's worth of measurements for the GPU catalog.
 
 Why: `yatt/catalog/gpus.yaml` should cite what an H200 (and, by ratio, an H100) measured,
-not the datasheet. This runs the probes of `yatt.exec.gpu_probe` in one process, section by
+not the datasheet. This runs the probes of `yatt.profiling.gpu_probe` in one process, section by
 section, and writes the JSON after every section, so a lease that runs out still returns
 what it measured:
   env       device name, torch/driver versions
@@ -107,7 +107,7 @@ def derive(res: dict) -> dict:
         out["train_model_tflops"] = {f"{r['precision']} b{r['batch']}s{r['seq']}": r["tflops"]
                                      for r in tr}
     dec = res.get("decode") or {}
-    from yatt.exec.gpu_probe import fit_line
+    from yatt.profiling.gpu_probe import fit_line
     fits = {}
     for name, pts in dec.items():
         if not isinstance(pts, list) or len(pts) < 2:
@@ -199,7 +199,7 @@ def main() -> int:
                    for k, d in res["model_check"].items()}
         print(json.dumps(summary, indent=1))
         return 0
-    from yatt.exec import gpu_probe as gp
+    from yatt.profiling import gpu_probe as gp
 
     if a.device == "cuda":
         import torch

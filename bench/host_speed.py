@@ -34,7 +34,7 @@ def probes():
     import torch
 
     from yatt.core.config import load_experiment
-    from yatt.exec import microbench as mb
+    from yatt.profiling import microbench as mb
 
     mb.prepare("cpu")
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")

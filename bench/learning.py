@@ -55,7 +55,7 @@ def main() -> int:
 
     from yatt.core.config import load_experiment
     from yatt.core.roles import Mode, ReleasePolicy
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.env import apply_local_env, ensure_ray
     from yatt.exec.models import resolve_model
     from yatt.exec.runner import run_plan
@@ -78,12 +78,12 @@ def main() -> int:
     actor = json.loads((resolve_model(exp.actor) / "yatt_demo.json").read_text())["report"]
     agreement = {}
     if a.reward == "genrm":
-        from yatt.exec.demo_eval import generated_agreement, rollout_agreement
+        from yatt.demo.evaluate import generated_agreement, rollout_agreement
         agreement = {"balanced_near_miss": generated_agreement(resolve_model(exp.genrm)),
                      "actor_rollouts": rollout_agreement(resolve_model(exp.actor),
                                                          resolve_model(exp.genrm))}
         print(f"genrm agreement: {agreement}", flush=True)
-    plan = demo_plan(exp, Mode(a.mode), release=ReleasePolicy.RESIDENT)
+    plan = make_plan(exp, Mode(a.mode), release=ReleasePolicy.RESIDENT)
     import ray
     started = ensure_ray(plan.cluster.num_gpus)
     per_seed = {}

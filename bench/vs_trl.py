@@ -176,7 +176,7 @@ def yatt_experiment(job: dict, lr: float, beta: float):
 
 def run_yatt(steps: int, lr: float, beta: float, out: Path, job: dict) -> tuple[dict, str, list]:
     from yatt.core.roles import Mode, ReleasePolicy
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.env import apply_local_env
     from yatt.exec.models import resolve_model
     from yatt.exec.runner import run_plan
@@ -189,7 +189,7 @@ def run_yatt(steps: int, lr: float, beta: float, out: Path, job: dict) -> tuple[
     # tokens, so the same ids need the bos written into the text.
     rows = [{"prompt": "<bos>" + p.text, "answer": p.answer}
             for s in range(steps) for p in step_prompts(0, s, exp.workload)]
-    plan = demo_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
+    plan = make_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
     load = load_avg()
     t = time.perf_counter()
     run_plan(plan, steps=steps, out_dir=out, seed=0, progress=False)

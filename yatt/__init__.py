@@ -1,9 +1,8 @@
 """yatt: plan and run RLHF placements (full vs partial colocate) with a generative reward model.
 
-`from yatt import Trainer` is the Python quick start (yatt.api); it is imported lazily so
-`import yatt` stays free of work.
+`from yatt import Trainer` is the Python quick start (yatt.api). Attributes load lazily,
+so `import yatt` does no work.
 """
-__version__ = "0.1.0"
 
 
 def __getattr__(name: str):
@@ -11,4 +10,8 @@ def __getattr__(name: str):
         from yatt.api import Trainer
 
         return Trainer
+    if name == "__version__":
+        from yatt.core.version import yatt_version
+
+        return yatt_version()
     raise AttributeError(f"module 'yatt' has no attribute {name!r}")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from yatt.core import catalog
+from yatt.core.bundled import DEMO_EXPERIMENT, bundled
 from yatt.core.config import load_experiment, read_yaml
 from yatt.core.errors import InputError
 from yatt.core.hfspec import model_spec_from_hf
@@ -47,7 +48,7 @@ def _cluster(ref: Union[None, str, Path, ClusterSpec]) -> ClusterSpec:
     if isinstance(ref, ClusterSpec):
         return ref
     if ref is None:  # the local CPU "cluster" of the demo
-        return load_experiment(Path(__file__).resolve().parents[1] / "configs/demo-cpu.yaml").cluster
+        return load_experiment(bundled(DEMO_EXPERIMENT)).cluster
     data = read_yaml(ref)
     if isinstance(data, dict) and isinstance(data.get("gpu"), str):
         data = {**data, "gpu": dataclasses.asdict(catalog.gpu(data["gpu"]))}
@@ -87,13 +88,11 @@ class Trainer:
 
     def plan(self, batch_size: int = 8, ppo_epochs: int = 1) -> Plan:
         """The placement `train` would use (the planner's best that this executor runs)."""
-        from rich.console import Console
-
-        from yatt.cli_run import plan_for_run
         from yatt.planner.costmodel import AnalyticCostModel
+        from yatt.planner.runnable import plan_for_executor
 
         exp = self.experiment(batch_size, ppo_epochs)
-        return plan_for_run(exp, self.mode, AnalyticCostModel.for_experiment(exp), Console())
+        return plan_for_executor(exp, AnalyticCostModel.for_experiment(exp), self.mode).best.plan
 
     def train(self, dataset: str = "arith", batch_size: int = 8, ppo_epochs: int = 1, steps: int = 2,
               progress: bool = True):

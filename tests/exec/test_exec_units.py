@@ -9,9 +9,10 @@ import pytest
 from yatt.core.errors import InputError
 from yatt.core.roles import Mode, ReleasePolicy
 from yatt.exec.controller import Moments, shard
-from yatt.exec.demo_plans import demo_plan
+from yatt.core.layout import make_plan
 from yatt.exec.rollout import Release
-from yatt.exec.runner import check_runnable, effective_release
+from yatt.core.runnable import check_runnable
+from yatt.exec.runner import effective_release
 from yatt.exec.task import step_prompts, step_samples
 
 
@@ -47,19 +48,19 @@ def test_task_is_deterministic(demo_experiment):
 
 
 def test_check_runnable_rejects_clearly(demo_experiment):
-    plan = demo_plan(demo_experiment, Mode.COLOCATE)
+    plan = make_plan(demo_experiment, Mode.COLOCATE, release=ReleasePolicy.TEARDOWN)
     check_runnable(plan, 2)
     with pytest.raises(InputError, match="steps"):
         check_runnable(plan, 0)
     wl = dataclasses.replace(demo_experiment.workload, dynamic_sampling=True,
                              samples_per_prompt=1)
-    bad = demo_plan(dataclasses.replace(demo_experiment, workload=wl), Mode.PARTIAL)
+    bad = make_plan(dataclasses.replace(demo_experiment, workload=wl), Mode.PARTIAL, release=ReleasePolicy.TEARDOWN)
     with pytest.raises(InputError, match="dynamic sampling"):
         check_runnable(bad, 1)
 
 
 def test_host_probe_samples_a_fixed_workload():
-    from yatt.exec import microbench as mb
+    from yatt.profiling import microbench as mb
 
     xs = mb.host_probe(0.0)
     assert len(xs) >= 3 and all(x > 0 for x in xs)

@@ -36,12 +36,12 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "..")
 @pytest.fixture(scope="module")
 def learn_run(ray_cluster, tmp_path_factory):
     from yatt.core.config import load_experiment
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.runner import run_plan
 
     out = tmp_path_factory.mktemp("learn")
     exp = load_experiment(os.path.join(ROOT, "configs", "demo-learn.yaml"))
-    plan = demo_plan(exp, Mode.PARTIAL, release=ReleasePolicy.RESIDENT)
+    plan = make_plan(exp, Mode.PARTIAL, release=ReleasePolicy.RESIDENT)
     run_plan(plan, steps=STEPS, out_dir=out, seed=SEED, progress=False)
     return out, list(csv.DictReader(open(out / "metrics.csv")))
 

@@ -42,11 +42,11 @@ def _same(a: list[dict], b: list[dict]) -> None:
 
 @pytest.fixture(scope="module")
 def plan(demo_experiment):
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     ck = dataclasses.replace(demo_experiment.checkpoint, every_steps=1, keep_last=2,
                              max_nonfinite_steps=2)
     exp = dataclasses.replace(demo_experiment, checkpoint=ck)
-    return demo_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
+    return make_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
 
 
 def _run(plan, out, steps=STEPS, **kw):

@@ -14,10 +14,10 @@ from yatt.core.roles import Mode, Phase, ReleasePolicy, Role, TraceSource  # noq
 
 
 def _run(exp, mode, release, out_dir):
-    from yatt.exec.demo_plans import demo_plan
+    from yatt.core.layout import make_plan
     from yatt.exec.runner import run_plan
 
-    plan = demo_plan(exp, mode, release=release)
+    plan = make_plan(exp, mode, release=release)
     return run_plan(plan, steps=2, out_dir=out_dir, seed=0, progress=False)
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from yatt.cli import main
+from yatt.cli.main import main
 from yatt.core.config import load_experiment
 from yatt.core.costmodel import CostModel
 from yatt.core.errors import InputError
@@ -227,7 +227,7 @@ def test_contention_round_trip_and_bad_entries(tmp_path):
 
 
 def test_contention_counts_to_measure():
-    from yatt.planner.profile import Points
+    from yatt.profiling.profile import Points
 
     exps = [load_experiment(DEMO)]
     assert Points().busy_counts(exps, "cpu") == tuple(range(2, exps[0].cluster.num_gpus + 1))
@@ -239,7 +239,7 @@ def test_contention_counts_to_measure():
 def test_group_and_sync_counts_to_measure():
     """DP groups: what a TP=1 trainer gets on the experiments' clusters (none in the quick
     set); weight sync: 1 .. the cluster's engines."""
-    from yatt.planner.profile import Points, sync_counts
+    from yatt.profiling.profile import Points, sync_counts
 
     exps = [load_experiment(DEMO)]
     n = exps[0].cluster.num_gpus

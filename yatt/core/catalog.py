@@ -12,12 +12,11 @@ from typing import Any
 from .errors import InputError
 from .schema import from_dict, show
 from .specs import GpuSpec, ModelSpec
+from .yamlio import parse_yaml
 
 
 @functools.lru_cache(maxsize=None)
 def _raw(name: str) -> dict[str, dict[str, Any]]:
-    from .config import parse_yaml  # local: config imports catalog
-
     return parse_yaml(resources.files("yatt").joinpath("catalog", name).read_text())
 
 

@@ -3,9 +3,8 @@
 Why: the CPU demo's models have no checkpoint (`hf_path: ""`); they are built from the
 ModelSpec with a seeded random init (`hf_model.build_hf_model`) into a cache directory
 (`$YATT_CACHE`, else `~/.cache/yatt/models`) so later runs and tests reuse them.
-The learning demo's models (`demo-actor`, `demo-genrm`, see configs/demo-learn.yaml) are
-*trained* instead (`demo_prep`, same as `yatt demo prepare`), on first use, into the same
-cache; their preparation seed is fixed (0), so every RL seed starts from one checkpoint.
+The learning demo's models (`demo-actor`, `demo-genrm`) are ordinary HF directories that
+ship with yatt (`hf_path` in their model YAML), made by `yatt demo prepare`.
 """
 from __future__ import annotations
 
@@ -28,11 +27,6 @@ def resolve_model(spec: ModelSpec, seed: int = 0) -> Path:
         if not (p / "config.json").is_file():
             raise InputError(f"no HF checkpoint (config.json) at {p}", field="hf_path")
         return p
-    from .demo_prep import PREPARED_MODELS, prepare_one
-
-    role = PREPARED_MODELS.get(spec.name)
-    if role is not None:
-        return prepare_one(spec, role, cache_dir())[0]
     from .hf_model import build_hf_model
 
     return build_hf_model(spec, cache_dir() / f"{spec.name}-s{seed}", seed)

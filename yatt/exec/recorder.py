@@ -15,6 +15,7 @@ from typing import Any, Optional
 from yatt.core.plan import Plan
 from yatt.core.roles import Phase, Role, TraceSource
 from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
+from yatt.core.version import yatt_version
 
 METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl", "entropy",
                   "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
@@ -79,10 +80,8 @@ class Recorder:
     def trace(self, steps: int) -> Trace:
         import platform
 
-        from yatt import __version__
-
         meta = TraceMeta(source=TraceSource.MEASURED, plan=self.plan, seed=self.seed,
-                         yatt_version=__version__, hardware=_hardware(platform.machine()),
+                         yatt_version=yatt_version(), hardware=_hardware(platform.machine()),
                          steps=steps, extra=dict(self.extra))
         samples = tuple(sorted(self.samples, key=lambda r: (r.step, r.sample_id)))
         spans = tuple(sorted(self.spans, key=lambda r: (r.start_s, r.end_s)))

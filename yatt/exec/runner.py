@@ -19,6 +19,7 @@ from typing import Callable, Optional
 from yatt.core.errors import InputError
 from yatt.core.plan import Plan
 from yatt.core.roles import Mode, ReleasePolicy, RewardSource, Role
+from yatt.core.runnable import check_runnable
 from yatt.core.trace import Trace
 
 from . import checkpoint as ckpt
@@ -38,26 +39,6 @@ def effective_release(policy: ReleasePolicy, cpu: bool) -> Release:
     """The plan's release policy on this hardware (vLLM-CPU has no sleep mode)."""
     return {ReleasePolicy.RESIDENT: Release.KEEP, ReleasePolicy.TEARDOWN: Release.TEARDOWN,
             ReleasePolicy.OFFLOAD: Release.TEARDOWN if cpu else Release.SLEEP}[policy]
-
-
-def check_runnable(plan: Plan, steps: int) -> None:
-    if steps < 1:
-        raise InputError(f"got {steps}; allowed: >= 1", field="steps")
-    wl = plan.experiment.workload
-    if wl.dynamic_sampling and wl.samples_per_prompt < 2:
-        raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
-                         "every 1-sample group is; allowed: samples_per_prompt >= 2",
-                         field="workload.samples_per_prompt")
-    for p in plan.placements:
-        if p.role in (Role.ROLLOUT, Role.GENRM, Role.REFERENCE) and p.tp * p.pp != 1:
-            raise InputError(f"{p.role.value} TP*PP={p.tp * p.pp}: inference engines run one per "
-                             "device here; allowed: tp 1, pp 1", field=f"{p.role.value}.tp")
-        if p.role is Role.TRAINER and p.pp != 1:
-            raise InputError("trainer PP>1 is not supported; allowed: pp 1", field="trainer.pp")
-    wl = plan.experiment.workload
-    if wl.samples_per_step < plan.placement(Role.TRAINER).dp:
-        raise InputError(f"{wl.samples_per_step} samples cannot feed "
-                         f"{plan.placement(Role.TRAINER).dp} DP ranks", field="workload")
 
 
 def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,

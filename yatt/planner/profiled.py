@@ -413,16 +413,9 @@ def load_cached(path: str) -> Profile:
     return _cached_profile(str(path))
 
 
-PROFILE_DIR = "configs/profiles"
-
-
 def shipped_profile(gpu_name: str):
-    """(Profile, path) of the profile shipped for a device kind
-    (`configs/profiles/<gpu>.yaml` in the working directory, else in this checkout), or None."""
-    from pathlib import Path
+    """(Profile, path) of the profile shipped for a device kind (`yatt.core.bundled`), or None."""
+    from yatt.core.bundled import shipped_profile_path
 
-    for root in (Path.cwd(), Path(__file__).resolve().parents[2]):
-        p = root / PROFILE_DIR / f"{gpu_name}.yaml"
-        if p.is_file():
-            return load_cached(str(p)), str(p)
-    return None
+    p = shipped_profile_path(gpu_name)
+    return None if p is None else (load_cached(str(p)), str(p))

@@ -16,7 +16,6 @@ devices of the host it keeps busy at once (CPU "devices" share cores).
 """
 from __future__ import annotations
 
-from importlib import metadata
 from typing import Optional, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -26,6 +25,7 @@ from yatt.core import (CostModel, InputError, ModelSpec, Phase, Plan, RewardSour
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
+from yatt.core.version import yatt_version
 
 from .contention import engine_cost, slowdown
 from .engine import GenEngine, Router
@@ -89,12 +89,8 @@ def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, s
     env = simpy.Environment()
     env.process(run.all_steps(env, steps))
     env.run()
-    try:
-        version = metadata.version("yatt")
-    except metadata.PackageNotFoundError:
-        version = ""
     c = plan.cluster
-    meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed, yatt_version=version,
+    meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed, yatt_version=yatt_version(),
                      hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}", steps=steps,
                      extra={"cost_model": type(cost_model).__name__, "steps": run.extra})
     return Trace(meta, tuple(run.samples), tuple(run.spans))

@@ -1,0 +1,64 @@
+"""`yatt plan` end to end: files written on success, exit 2 and nothing written on bad input."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from yatt.cli.main import main
+from yatt.core.config import load_plan
+
+SMALL = """
+name: small
+cluster: {gpu: H100-SXM, nodes: 1, gpus_per_node: 8}
+actor: Qwen2.5-0.5B
+genrm: Qwen2.5-7B
+workload:
+  prompts_per_step: 16
+  samples_per_prompt: 4
+  response_len: {kind: lognormal, value: 300, sigma: 0.5, min: 8, max: 2048}
+search: {tp_choices: [1, 2], seeds: 2}
+"""
+
+
+def test_plan_writes_files_and_plan_round_trips(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress", "--gpus", "4,8"]) == 0
+    for name in ("plan.yaml", "timeline.json", "timeline.png", "ranking.csv", "scaling.csv", "scaling.png"):
+        assert (out / name).is_file(), name
+    plan = load_plan(out / "plan.yaml")
+    assert plan.experiment.name == "small"
+    text = capsys.readouterr().out
+    assert "wins by" in text and "Top placements" in text
+    rows = (out / "scaling.csv").read_text().splitlines()
+    assert rows[0] == "gpus,mode,step_s,samples_per_s" and len(rows) >= 3
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["plan", "{cfg}", "--top", "0"], "--top"),
+    (["plan", "{cfg}", "--gpus", "3"], "--gpus"),
+    (["plan", "{cfg}", "--gpus", "x"], "--gpus"),
+    (["plan", "{missing}"], "no such file"),
+    (["plan", "{cfg}", "--profile", "{missing}"], "no such file"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, args, needle):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    argv = [a.format(cfg=cfg, missing=tmp_path / "nope.yaml") for a in args] + ["--out", str(out)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_unplaceable_config_exits_2(tmp_path, capsys):
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text(SMALL.replace("Qwen2.5-7B", "Qwen2.5-Math-72B").replace("gpus_per_node: 8", "gpus_per_node: 2"))
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "needs TP >= 4" in err and "\n" == err[-1] and err.count("\n") == 1
+    assert not out.exists()

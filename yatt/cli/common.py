@@ -1,0 +1,119 @@
+"""Helpers every verb of the `yatt` command shares: argument parsing, consoles, progress,
+profile arguments, the bundled default configs, and the per-phase fidelity table.
+
+Why: one public home for what the verbs have in common, so no verb imports another's
+private helpers. Nothing heavy is imported at module level: `yatt --help` stays fast.
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+from yatt.core.errors import InputError
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and exit status 2."""
+
+    def error(self, message: str) -> None:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def config_or_bundled(text: Optional[str], bundled_name: str) -> Path:
+    """The config path given on the command line, else the bundled one."""
+    if text:
+        return Path(text)
+    from yatt.core.bundled import bundled
+
+    return bundled(bundled_name)
+
+
+def wide_console(min_width: int = 140):
+    """A rich console at least `min_width` columns wide (tables stay on one line)."""
+    from rich.console import Console
+
+    return Console(width=max(Console().width, min_width))
+
+
+def needs_exec(verb: str, err: ImportError) -> InputError:
+    """The one line for a verb that needs the executor stack on a light install."""
+    return InputError(f"needs the exec install ({err.name} is missing); allowed: "
+                      "`bash scripts/install.sh exec` or `pip install 'yatt[exec]'`",
+                      field=f"yatt {verb}")
+
+
+def profile_arg(path: Optional[str]):
+    """The profile named by --profile (None without the flag)."""
+    if not path:
+        return None
+    from yatt.planner.profile_io import load_profile
+
+    return load_profile(path)
+
+
+def efficiency_arg(path: Optional[str]):
+    """The efficiencies of the profile named by a flag, else the defaults."""
+    from yatt.planner.costmodel import Efficiency
+
+    prof = profile_arg(path)
+    return prof.efficiency if prof is not None else Efficiency()
+
+
+class LazyProgress:
+    """A progress display that appears only once the work has run for `after` seconds.
+    Call it as `progress(n, what)`; `close()` when done."""
+
+    def __init__(self, console: Any, label: str, enabled: bool, after: float = 1.5) -> None:
+        self.console, self.label, self.enabled, self.after = console, label, enabled, after
+        self.t0 = time.perf_counter()
+        self.progress = None
+        self.task = None
+
+    def __call__(self, n: int, what: str) -> None:
+        if not self.enabled:
+            return
+        if self.progress is None:
+            if time.perf_counter() - self.t0 < self.after:
+                return
+            from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                                     TextColumn("{task.completed} simulations"), TimeElapsedColumn(),
+                                     console=self.console, transient=True)
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=None)
+        self.progress.update(self.task, completed=n, description=f"{self.label}: {what}")
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+    def __enter__(self) -> "LazyProgress":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pct(x: float) -> str:
+    return "n/a" if math.isnan(x) else f"{x * 100:+.1f}%"
+
+
+def phase_table(rep):
+    """Recorded against predicted busy seconds per (phase, role) of a replay."""
+    from rich.table import Table
+
+    t = Table(title=f"Recorded vs predicted, recorded plan ({len(rep.steps)} steps; busy seconds "
+                    "per step, mean)", title_justify="left")
+    for col in ("phase", "role", "recorded s", "predicted s", "error"):
+        t.add_column(col, justify="left" if col in ("phase", "role") else "right")
+    for r in rep.phases():
+        t.add_row(r.phase.value, r.role.value, f"{r.recorded_s:.2f}", f"{r.predicted_s:.2f}", pct(r.error))
+    t.add_row("[bold]step time[/]", "", f"{rep.recorded_stats.step_time_mean:.2f}",
+              f"{rep.predicted_stats.step_time_mean:.2f}", pct(rep.step_error))
+    t.add_row("samples/s", "", f"{rep.recorded_stats.samples_per_s:.2f}",
+              f"{rep.predicted_stats.samples_per_s:.2f}", "")
+    return t

@@ -1,0 +1,50 @@
+"""`yatt` command line: parse -> validate -> call one package -> print/write.
+
+Why: the one entry point that sees every verb. Each verb lives in its own module of
+`yatt.cli` with an `add_parser(sub)` that registers it; bad input ends with exit status 2
+and one line on stderr, and writes nothing.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from yatt.core.errors import InputError
+
+from . import calibrate, demo, plan, profile, replay, run
+from .common import Parser
+
+VERBS = (plan, run, replay, calibrate, profile, demo)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="yatt", description="Plan and run RLHF placements with a generative reward model.")
+    parser.add_argument("--version", action="version", version=_version())
+    sub = parser.add_subparsers(dest="command", metavar="VERB", parser_class=Parser)
+    sub.required = True
+    for verb in VERBS:
+        verb.add_parser(sub)
+    return parser
+
+
+def _version() -> str:
+    from yatt.core.version import yatt_version
+
+    return f"yatt {yatt_version()}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except InputError as e:
+        print(f"yatt {args.command}: error: {e.one_line()}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("yatt: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

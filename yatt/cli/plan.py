@@ -1,0 +1,229 @@
+"""`yatt plan`: search placements, print the ranked, explained table, write plan files.
+
+Why: kept apart from cli.py so argument wiring stays small and rendering (rich tables,
+progress, output files) has one home. Everything that can fail on input fails before
+anything is written.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from yatt.core.bundled import DEFAULT_EXPERIMENT
+from yatt.core.config import dump_yaml, load_experiment
+from yatt.core.errors import InputError
+from yatt.core.plan import Experiment
+from yatt.core.roles import Mode, Role
+from yatt.planner.breakdown import role_facts
+from yatt.planner.costmodel import AnalyticCostModel
+from yatt.planner.explain import dp_text, peak_memory, why_winner
+from yatt.planner.search import SearchResult, search
+from yatt.planner.sizes import parse_gpu_sizes, resize
+
+from .common import LazyProgress, config_or_bundled, profile_arg
+
+
+def _gb(x: float) -> str:
+    return f"{x / 1e9:.1f}"
+
+
+def _count(n: float) -> str:
+    return f"{n / 1e9:.2f}B" if n >= 1e9 else f"{n / 1e6:.1f}M"
+
+
+def _secs(x: float) -> str:
+    if x < 1e-3:
+        return f"{x * 1e6:.0f} us"
+    if x < 1:
+        return f"{x * 1e3:.1f} ms"
+    return f"{x:.2f} s"
+
+
+def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) -> None:
+    """Memory per role at its smallest fitting TP, and unit costs."""
+    facts = role_facts(exp, cost)
+    t = Table(title="Memory per device (GB) at the smallest TP that fits", title_justify="left")
+    for col in ("role", "model", "params", "min TP", "weights", "grads", "optim",
+                "activ.", "min KV", "total/cap GB", "KV tok/engine"):
+        t.add_column(col, justify="right" if col not in ("role", "model") else "left")
+    for f in facts:
+        m = f.mem
+        if m is None:
+            t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
+                      "", "", "", "", "does not fit", "")
+            continue
+        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
+                  _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
+                  f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
+    console.print(t)
+    u = Table(title="Unit costs (analytic roofline model)", title_justify="left")
+    u.add_column("role")
+    u.add_column("operation")
+    u.add_column("time", justify="right")
+    for f in facts:
+        for label, secs in f.unit_costs:
+            u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
+    console.print(u)
+
+
+def _header(exp: Experiment) -> str:
+    c = exp.cluster
+    return (f"[bold]{exp.name}[/]: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
+            f"{c.gpus_per_node}); actor {exp.actor.name}"
+            + (f", GenRM {exp.genrm.name}" if exp.genrm else ", rule reward")
+            + f"; {exp.workload.prompts_per_step} prompts x {exp.workload.samples_per_prompt}"
+            " samples per step")
+
+
+def ranked_table(result: SearchResult, top: int) -> Table:
+    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
+              title_justify="left")
+    for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
+                "util%", "bubble%", "peak/cap GB"):
+        t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
+    rows = list(enumerate(result.ranked, 1))[:top]
+    for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
+        if not any(c.plan.mode is mode for _, c in rows):
+            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    for i, c in rows:
+        st = c.stats
+        peak, cap = peak_memory(c.plan)
+        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
+                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
+                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
+                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
+                  f"{_gb(peak)}/{_gb(cap)}")
+    return t
+
+
+def explanation(result: SearchResult) -> str:
+    best = result.best
+    other_mode = Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL
+    other = result.best_of(other_mode)
+    lines = []
+    if other is not None:
+        lines.append(why_winner(best, other, best.trace, other.trace,
+                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+    for r in result.split_reports:
+        how = {"local": "hill-climb from the previous optimum",
+               "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
+               "ternary": "ternary search; unimodal on the coarse grid",
+               "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
+        lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
+                     f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
+                 f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
+    return "\n".join(lines)
+
+
+def _search(console: Console, exp: Experiment, cost, top: int, quiet: bool, label: str) -> SearchResult:
+    prog = LazyProgress(console, label, enabled=not quiet)
+    try:
+        return search(exp, cost, top=top, progress=prog)
+    finally:
+        prog.close()
+
+
+def write_outputs(out: Path, result: SearchResult) -> list[Path]:
+    from yatt.core.timeline import write_chrome_trace
+    from yatt.sim.gantt import plot_gantt
+
+    out.mkdir(parents=True, exist_ok=True)
+    best = result.best
+    paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
+    dump_yaml(best.plan, paths[0])
+    write_chrome_trace(best.trace, paths[1])
+    plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
+    with open(paths[3], "w") as f:
+        f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
+        for i, c in enumerate(result.ranked, 1):
+            f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
+                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+    return paths
+
+
+def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    csv, png = out / "scaling.csv", out / "scaling.png"
+    with open(csv, "w") as f:
+        f.write("gpus,mode,step_s,samples_per_s\n")
+        for g, mode, st, sps in rows:
+            f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in sorted({r[1] for r in rows}):
+        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("samples / s (simulated)")
+    ax.set_title("Throughput vs cluster size, best placement per mode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+    return [csv, png]
+
+
+def run_plan_command(args: argparse.Namespace) -> int:
+    config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
+    exp = load_experiment(config)
+    if args.top < 1:
+        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    from yatt.planner.profiled import cost_model_for, experiment_for
+
+    profile = profile_arg(args.profile)
+    exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
+    sizes = parse_gpu_sizes(args.gpus, exp.cluster)
+    cost = cost_model_for(exp, profile)
+    console = Console(width=max(Console().width, 140))
+    console.print(_header(exp))
+    if args.breakdown:
+        print_breakdown(console, exp, cost)
+    try:
+        result = _search(console, exp, cost, args.top, args.no_progress, "searching placements")
+    except InputError as e:
+        raise e.within(file=str(config)) from None
+    console.print(ranked_table(result, args.top))
+    console.print(explanation(result))
+    out = Path(args.out)
+    paths = write_outputs(out, result)
+    if sizes:
+        rows = []
+        for g in sizes:
+            sub = resize(exp, g)
+            try:
+                r = _search(console, sub, cost_model_for(sub, profile), 1,
+                            args.no_progress, f"{g} GPUs")
+            except InputError as e:
+                console.print(f"[yellow]{g} GPUs: {e.message}[/]")
+                continue
+            for mode in (Mode.COLOCATE, Mode.PARTIAL):
+                c = r.best_of(mode)
+                if c is not None:
+                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
+        paths += write_scaling(out, rows)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("plan", help="simulate placements and recommend one",
+                       description="Search placements (mode, GPU split, TP/DP) for an experiment, "
+                                   "simulate them, and write plan.yaml plus a timeline.")
+    p.add_argument("config", nargs="?", default=None,
+                   help=f"experiment YAML (default: the bundled {DEFAULT_EXPERIMENT})")
+    p.add_argument("--out", default="out/plan", help="output directory (default: out/plan)")
+    p.add_argument("--top", type=int, default=5, help="rows in the ranked table (default: 5)")
+    p.add_argument("--gpus", default=None, help="comma-separated cluster sizes for a scaling curve")
+    p.add_argument("--profile", default=None, help="profile.yaml from `yatt profile`/`yatt calibrate`")
+    p.add_argument("--breakdown", action="store_true", help="also print per-role memory and unit costs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run_plan_command)

@@ -1,0 +1,95 @@
+"""`yatt profile CONFIG --device cpu|cuda -o profile.yaml`: micro-benchmark this machine.
+
+Why: the profiled cost model (`yatt.planner.profiled`) needs measured tables for the
+experiment's models on the local hardware. This verb validates its input, runs
+`yatt.profiling.profile.profile_experiment` under a progress bar (it takes minutes) and
+writes the profile; `yatt plan|replay|run --profile FILE` then use it.
+"""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from yatt.core.errors import InputError
+
+from .common import needs_exec
+
+DEVICES = ("cpu", "cuda")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("profile", help="micro-benchmark training/decode/prefill/switches -> profile.yaml",
+                       description="Measure the experiment's models on this machine with the "
+                                   "executor's own components (Megatron trainer, vLLM engine, "
+                                   "weight update, engine teardown/re-create, Ray round trip) and "
+                                   "write a yatt.profile/1 file with tables.")
+    p.add_argument("config", nargs="+", help="experiment YAML(s); their distinct models are measured once")
+    p.add_argument("--device", default="cpu", help="cpu|cuda (default: cpu; cuda is untested here)")
+    p.add_argument("-o", "--out", default="profile.yaml", help="output file (default: profile.yaml)")
+    p.add_argument("--quick", action="store_true", help="reduced point set (tests, smoke checks)")
+    p.add_argument("--no-progress", action="store_true")
+    p.set_defaults(func=profile_command)
+
+
+def profile_command(args: argparse.Namespace) -> int:
+    from yatt.core.config import load_experiment
+
+    if args.device not in DEVICES:
+        raise InputError(f"got {args.device!r}; allowed: {'|'.join(DEVICES)}", field="--device")
+    exps = [load_experiment(c) for c in args.config]
+    out = Path(args.out)
+    if out.is_dir() or not out.parent.is_dir():
+        raise InputError("not a writable file path", field="--out", file=str(out))
+    if args.device == "cuda":  # GPU path: written, untested in this project's CI
+        try:
+            import torch
+        except ImportError as e:
+            raise needs_exec("profile", e) from None
+        if not torch.cuda.is_available():
+            raise InputError("no CUDA device on this machine; allowed: --device cpu", field="--device")
+    try:
+        import ray  # noqa: F401
+        import torch  # noqa: F401
+        import vllm  # noqa: F401
+    except ImportError as e:
+        raise needs_exec("profile", e) from None
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from yatt.profiling.profile import Points, models_to_measure, profile_experiments
+    from yatt.planner.profile_io import save_profile
+
+    pts = Points.quick() if args.quick else Points()
+    actors, genrms = models_to_measure(exps)
+    console = Console(stderr=True)
+    with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
+                  MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                  disable=args.no_progress) as bar:
+        tps = sum(len(pts.tp_sizes(exps, e.actor.name)) + len(pts.dp_sizes(exps, e.actor.name))
+                  for e in actors)
+        task = bar.add_task("starting", total=pts.ticks(len(actors), len(genrms),
+                                                        len(pts.busy_counts(exps, args.device)),
+                                                        tps))
+        prof = profile_experiments(exps, args.device, pts,
+                                  tick=lambda what: bar.update(task, advance=1, description=what))
+    save_profile(prof, out)
+    _summary(console, prof)
+    print(f"wrote {out}")
+    return 0
+
+
+def _summary(console, prof) -> None:
+    t = prof.tables
+    for name, m in t.models.items():
+        bits = []
+        if m.train:
+            b, s, x = m.train[-1]
+            bits.append(f"train b{b:g}xs{s:g} {x * 1e3:.0f} ms")
+        if m.engine is not None:
+            e = m.engine
+            bits.append(f"decode step {e.decode[0][2] * 1e3:.1f} ms (b{e.decode[0][0]:g})")
+            bits.append(f"re-create {e.start_s:.2f} s, teardown {e.stop_s:.2f} s")
+        if m.weight_sync_s:
+            bits.append(f"weight sync {m.weight_sync_s * 1e3:.0f} ms")
+        console.print(f"{name}: " + "; ".join(bits))
+    console.print(f"ray round trip {t.rpc_s * 1e3:.2f} ms; {prof.source}")

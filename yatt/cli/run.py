@@ -1,0 +1,174 @@
+"""`yatt run`: plan (if given an experiment), execute on Ray, then say how well the
+simulator predicted what happened.
+
+Why: the executor (yatt.exec) imports only core; choosing a placement (planner) and
+comparing prediction with measurement (sim) happen here, on top.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+from pathlib import Path
+from typing import Optional
+
+from rich.console import Console
+
+from yatt.core.bundled import DEMO_EXPERIMENT
+from yatt.core.config import is_plan_file, load_experiment, load_plan
+from yatt.core.errors import InputError
+from yatt.core.plan import Plan
+from yatt.core.roles import Mode
+from yatt.core.runnable import check_runnable
+
+from .common import config_or_bundled, needs_exec, phase_table, profile_arg
+
+
+def _mode(text: Optional[str]) -> Optional[Mode]:
+    if text is None:
+        return None
+    try:
+        return Mode(text)
+    except ValueError:
+        raise InputError(f"got {text!r}; allowed: colocate|partial", field="--mode") from None
+
+
+def fidelity_report(console: Console, trace, cost) -> None:
+    """Predicted (simulator, replaying the measured lengths) vs measured, per phase."""
+    from yatt.core.trace import Trace
+    from yatt.planner.replay import replay
+
+    # Step 0 pays one-off process warm-up the simulator does not model (see README,
+    # "Sim-to-real fidelity"); it is left out whenever a later step exists.
+    skip = 1 if len({s.step for s in trace.samples}) > 1 else 0
+    if skip:
+        trace = Trace(trace.meta, tuple(s for s in trace.samples if s.step >= skip),
+                      tuple(s for s in trace.spans if s.step >= skip))
+    rep = replay(trace, cost)
+    console.print(phase_table(rep))
+    console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
+                  f"{rep.recorded_stats.step_time_mean:.2f} s/step ({rep.step_error * 100:+.1f}%)"
+                  + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else ""))
+
+
+def _check_flags(args: argparse.Namespace) -> None:
+    """Refuse bad checkpoint flags before any planning or start-up."""
+    for flag, v, lo in (("--ckpt-every", args.ckpt_every, 0), ("--ckpt-minutes", args.ckpt_minutes, 0),
+                        ("--keep", args.keep, 1)):
+        if v is not None and not v >= lo:   # also refuses NaN
+            raise InputError(f"got {v}; allowed: {'>= 1' if lo else '>= 0 (0: off)'}", field=flag)
+
+
+def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
+    """The plan with --ckpt-every / --ckpt-minutes / --keep applied."""
+    c = plan.experiment.checkpoint
+    over = {k: v for k, v in (("every_steps", args.ckpt_every), ("every_minutes", args.ckpt_minutes),
+                              ("keep_last", args.keep)) if v is not None}
+    if not over:
+        return plan
+    exp = dataclasses.replace(plan.experiment, checkpoint=dataclasses.replace(c, **over))
+    return dataclasses.replace(plan, experiment=exp)
+
+
+def resume_command(args: argparse.Namespace, console: Console) -> int:
+    """`yatt run --resume RUN_DIR`: continue a run from its newest valid checkpoint."""
+    try:
+        from yatt.exec.runner import read_run_file, run_plan
+        from yatt.exec.supervisor import RunAborted
+    except ImportError as e:
+        raise needs_exec("run", e) from None
+    run_dir = Path(args.resume)
+    if args.target:
+        raise InputError("give either a target or --resume RUN_DIR, not both", field="--resume")
+    info = read_run_file(run_dir)
+    plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
+    steps = args.steps if args.steps_given else info["steps"]
+    console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
+    try:
+        run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
+                 progress=not args.no_progress, ray_address=args.address,
+                 controllers=info["controllers"], resume=True)
+    except RunAborted as e:
+        console.print(f"[red]run stopped[/red]: {e}", highlight=False)
+        return 1
+    console.print(f"run dir: {run_dir}")
+    return 0
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from yatt.planner.profiled import cost_model_for, experiment_for, shipped_profile
+    from yatt.planner.runnable import describe_choice, plan_for_executor
+
+    args.steps_given = args.steps is not None
+    args.steps = 2 if args.steps is None else args.steps
+    if args.steps < 1:
+        raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    _check_flags(args)
+    if args.resume:
+        return resume_command(args, Console())
+    src = config_or_bundled(args.target, DEMO_EXPERIMENT)
+    mode = _mode(args.mode)
+    profile = profile_arg(args.profile)
+    console = Console()
+    exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
+    if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
+        profile, args.profile = found  # the shipped profile for this device kind
+    console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    if not is_plan_file(src):
+        exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
+    cost = cost_model_for(exp, profile)
+    if is_plan_file(src):
+        plan = load_plan(src)
+        if mode is not None and mode is not plan.mode:
+            raise InputError(f"{src} is a {plan.mode.value} plan; --mode applies to experiment "
+                             "configs (re-plan with `yatt plan`)", field="--mode")
+    else:
+        try:
+            result = plan_for_executor(exp, cost, mode)
+        except InputError as e:
+            raise e.within(file=str(src)) from None
+        console.print(describe_choice(result))
+        plan = result.best.plan
+    try:
+        from yatt.exec.runner import run_plan
+        from yatt.exec.supervisor import RunAborted
+    except ImportError as e:  # the light install has no executor
+        raise needs_exec("run", e) from None
+    plan = _with_checkpointing(plan, args)
+    check_runnable(plan, args.steps)
+    out = Path(args.out)
+    try:
+        trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
+                         progress=not args.no_progress, ray_address=args.address)
+    except RunAborted as e:
+        console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
+        return 1
+    from yatt.sim.gantt import plot_gantt
+
+    plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
+    fidelity_report(console, trace, cost)
+    console.print(f"run dir: {out} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("run", help="execute a plan on Ray (Megatron + vLLM) and record a trace",
+                       description="Run a plan.yaml, or plan an experiment and run the winner. "
+                                   f"With no argument: the bundled CPU demo ({DEMO_EXPERIMENT}).")
+    p.add_argument("target", nargs="?", default=None, help="plan.yaml or experiment YAML")
+    p.add_argument("--steps", type=int, default=None,
+                   help="RL steps to run (default: 2; with --resume: the original run's)")
+    p.add_argument("--out", default="out/run", help="run directory (default: out/run)")
+    p.add_argument("--mode", default=None, help="force colocate|partial (experiment configs only)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--address", default=None, help="join an existing Ray cluster (ray://... or host:port)")
+    p.add_argument("--profile", default=None, help="profile.yaml for the predictions")
+    p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--resume", metavar="RUN_DIR", default=None,
+                   help="continue RUN_DIR from its newest valid checkpoint")
+    p.add_argument("--ckpt-every", type=int, default=None, metavar="N",
+                   help="checkpoint every N steps (0: off; default: the plan's checkpoint.every_steps)")
+    p.add_argument("--ckpt-minutes", type=float, default=None, metavar="M",
+                   help="also checkpoint when M minutes passed since the last one (0: off)")
+    p.add_argument("--keep", type=int, default=None, metavar="K",
+                   help="keep the newest K checkpoints (default: checkpoint.keep_last)")
+    p.set_defaults(func=run_command)
