@@ -6,6 +6,7 @@ from .errors import InputError
 from .plan import Experiment, Parallel, Plan, RolePlacement, SearchSpec
 from .roles import (AlgoName, BalanceCost, BalancePolicy, DistKind, Mode, Phase, ReleasePolicy,
                     RewardSource, Role, TraceSource)
+from .release import ENGINE_ROLES, ReleaseAction, resolve_release
 from .specs import AlgoSpec, ClusterSpec, EngineSpec, GpuSpec, LengthDist, ModelSpec, Workload
 from .trace import SCHEMA_VERSION, SampleRecord, SpanRecord, Trace, TraceMeta
 from .costmodel import CostModel
@@ -15,5 +16,5 @@ __all__ = [
     "AlgoName", "BalanceCost", "BalancePolicy", "DistKind", "Mode", "Phase", "ReleasePolicy",
     "RewardSource", "Role", "TraceSource", "AlgoSpec", "ClusterSpec", "EngineSpec", "GpuSpec",
     "LengthDist", "ModelSpec", "Workload", "SCHEMA_VERSION", "SampleRecord", "SpanRecord",
-    "Trace", "TraceMeta", "CostModel",
+    "Trace", "TraceMeta", "CostModel", "ENGINE_ROLES", "ReleaseAction", "resolve_release",
 ]
