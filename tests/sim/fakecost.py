@@ -9,12 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from yatt.core import ModelSpec, Parallel, ReleasePolicy, Role
+from yatt.core import CostModel, ModelSpec, Parallel, ReleasePolicy, Role
 
 
 @dataclass(frozen=True)
-class FakeCostModel:
-    """FAKE: every time is linear in tokens and in billions of parameters (`b`)."""
+class FakeCostModel(CostModel):
+    """FAKE: every time is linear in tokens and in billions of parameters (`b`). The
+    optional terms keep the contract's neutral defaults."""
 
     train_s_per_btok: float = 6e-5       # per token per billion params, per device
     logprob_s_per_btok: float = 2e-5

@@ -1,5 +1,5 @@
-"""CallCost: an optional cost-model extension for what one call handing an engine k requests
-costs beyond the engine's steps. Each engine owes it per batch call and per streamed
+"""CostModel.engine_call_time: the optional term for what one call handing an engine k
+requests costs beyond the engine's steps. Each engine owes it per batch call and per streamed
 hand-off it receives; a charge that arrives while the engine decodes is paid, not lost."""
 from dataclasses import dataclass
 
@@ -13,7 +13,6 @@ from helpers import GENRM_BIG, experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase, Role
 from yatt.sim import make_plan, simulate
 from yatt.sim.engine import GenEngine, Router
-from yatt.sim.simulate import CallCost
 
 
 @dataclass(frozen=True)
@@ -28,7 +27,7 @@ class CallPricey(FakeCostModel):
 
 
 def test_streamed_hand_offs_and_batch_calls_cost_their_engines():
-    a, b = extension_pair(FakeCostModel(), CallPricey(), CallCost)
+    a, b = extension_pair(FakeCostModel(), CallPricey(), "engine_call_time")
     assert phase_busy(b, Phase.GENRM) > phase_busy(a, Phase.GENRM) + 0.02
     assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT)
 

@@ -1,4 +1,4 @@
-"""HostContention: an optional cost-model extension that slows a phase down when several
+"""CostModel.contention: the optional term that slows a phase down when several
 devices of one host run it at once (CPU "devices" share cores). The simulator says how many
 devices are busy; the cost model says how much slower that makes each phase."""
 from dataclasses import dataclass, field
@@ -9,11 +9,14 @@ from fakecost import FakeCostModel
 from helpers import experiment, workload
 from yatt.core import Mode, Phase, ReleasePolicy, Role
 from yatt.sim import make_plan, simulate
-from yatt.sim.contention import HostContention, SlowedEngineCost, engine_cost, slowdown
+from yatt.core import CostModel
+from yatt.sim.contention import SlowedEngineCost, engine_cost, slowdown
 
 
 @dataclass(frozen=True)
 class Contended(FakeCostModel):
+    """FAKE: every phase runs `per_device` slower per extra busy device."""
+
     per_device: float = 0.25              # +25% per extra busy device
     calls: list = field(default_factory=list, compare=False)
 
@@ -34,9 +37,9 @@ def _plan(exp, mode, **kw):
     return dataclasses.replace(p, release=ReleasePolicy.OFFLOAD)
 
 
-def test_protocol_detection_and_identity_without_it():
+def test_the_default_is_no_contention():
     free, slow = FakeCostModel(), Contended()
-    assert isinstance(slow, HostContention) and not isinstance(free, HostContention)
+    assert type(free).contention is CostModel.contention and free.contention(Phase.RELOAD, 8) == 1.0
     assert slowdown(free, Phase.RELOAD, 8) == 1.0
     assert slowdown(slow, Phase.RELOAD, 1) == 1.0        # one busy device: no contention
     assert slowdown(slow, Phase.RELOAD, 3) == pytest.approx(1.5)

@@ -1,5 +1,5 @@
-"""JoinCost: an optional cost-model extension that prices a request's prefill when it joins
-a batch that is already decoding (a mixed step). Streamed GenRM requests join; a batch that
+"""CostModel.prefill_join_time: the optional term that prices a request's prefill when it
+joins a batch that is already decoding (a mixed step). Streamed GenRM requests join; a batch that
 enters an idle engine does not."""
 from dataclasses import dataclass
 
@@ -10,7 +10,6 @@ from fakecost import FakeCostModel
 from helpers import experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
-from yatt.sim.simulate import JoinCost
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class JoinSame(FakeCostModel):
 
 
 def test_streamed_genrm_requests_pay_the_join_cost():
-    a, b = extension_pair(FakeCostModel(), JoinPricey(), JoinCost)
+    a, b = extension_pair(FakeCostModel(), JoinPricey(), "prefill_join_time")
     assert phase_busy(b, Phase.GENRM) > phase_busy(a, Phase.GENRM) + 0.05
 
 

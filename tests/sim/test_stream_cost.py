@@ -1,4 +1,4 @@
-"""StreamCost: an optional cost-model extension that blocks a rollout engine for each
+"""CostModel.stream_handoff_time: the optional term that blocks a rollout engine for each
 batch it hands to the GenRM queue (partial colocate). Colocate does not stream."""
 from dataclasses import dataclass
 
@@ -6,11 +6,12 @@ from fakecost import FakeCostModel
 from helpers import experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase
 from yatt.sim import make_plan, simulate
-from yatt.sim.simulate import StreamCost
 
 
 @dataclass(frozen=True)
 class HandoffCost(FakeCostModel):
+    """FAKE: each streamed hand-off blocks the rollout engine for `handoff_s`."""
+
     handoff_s: float = 0.5
 
     def stream_handoff_time(self, items: int) -> float:
@@ -19,7 +20,7 @@ class HandoffCost(FakeCostModel):
 
 def test_handoff_slows_partial_rollout_only():
     free, slow = FakeCostModel(), HandoffCost()
-    a, b = extension_pair(free, slow, StreamCost)
+    a, b = extension_pair(free, slow, "stream_handoff_time")
     assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT) + 0.5
     w = workload(8, 4, resp=100)
     col = make_plan(experiment(w), Mode.COLOCATE)

@@ -29,8 +29,10 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 from scipy.optimize import least_squares
 
+from yatt.core.costmodel import CostModel, DelegatingCostModel
 from yatt.core.errors import InputError
-from yatt.core.roles import Phase, ReleasePolicy, Role
+from yatt.core.release import ReleaseAction
+from yatt.core.roles import Phase, Role
 from yatt.core.trace import Trace
 
 from .costmodel import AnalyticCostModel, Efficiency
@@ -154,7 +156,8 @@ def _split(trace: Trace, holdout: int) -> _Data:
 
 def choose_coefficients(traces: Sequence[Trace], phases: set[Phase]) -> tuple[list[Coef], list[tuple[Coef, str]]]:
     """Coefficients the measured phases can identify, and the others with the reason."""
-    teardown = any(t.meta.plan.release is ReleasePolicy.TEARDOWN for t in traces)
+    teardown = any(AnalyticCostModel.release_action(Role.ROLLOUT, t.meta.plan.release)
+                   is ReleaseAction.TEARDOWN for t in traces)
     fit, skip = [], []
     for c in Coef:
         seen = SEEN_BY[c] & phases
@@ -262,12 +265,12 @@ def _mae(r: np.ndarray) -> float:
 
 
 # ---- host contention from traces -------------------------------------------------------------
-class _BusyProbe:
+class _BusyProbe(DelegatingCostModel):
     """A cost model with no contention that records, per phase, the busy-device count the
     simulator asks about (so the fit uses the simulator's own notion of "busy")."""
 
-    def __init__(self, cost) -> None:
-        self._cost = cost
+    def __init__(self, cost: CostModel) -> None:
+        super().__init__(cost)
         self.busy: dict[Phase, int] = {}
 
     def contention(self, phase: Phase, busy: int) -> float:
@@ -276,9 +279,6 @@ class _BusyProbe:
 
     def engine_contention(self, model, busy: int) -> None:
         return None   # no per-model factor either: every engine asks `contention`
-
-    def __getattr__(self, name: str):
-        return getattr(self._cost, name)
 
 
 def _wall(spans) -> float:

@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Sequence
 
+from yatt.core.costmodel import CostModel
 from yatt.core.plan import Experiment, Parallel
+from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import ReleasePolicy, Role
 from yatt.core.schema import spec_field
 from yatt.core.specs import ClusterSpec, ModelSpec
@@ -45,8 +47,8 @@ class Efficiency:
     decode_mfu: float = spec_field(0.52, gt=0, le=1)
     # Decode streams weights + KV at 0.90 of the measured read bandwidth (same fit).
     decode_bw_eff: float = spec_field(0.90, gt=0, le=1)
-    # NCCL ring all-reduce bus bandwidth ~75-80% of link peak (nccl-tests on DGX); links are
-    # still datasheet numbers (one GPU measured, no NVLink to measure).
+    # NCCL ring all-reduce bus bandwidth ~75-80% of link peak (nccl-tests on DGX); the
+    # catalog's links are datasheet numbers (the measured device had no NVLink peers).
     comm_eff: float = spec_field(0.75, gt=0, le=1)
     # The host-link ceiling is one 1 GiB pinned copy (the best case); offloading many tensors
     # of mixed sizes is assumed to reach 90% of it (not measured: calibrate it on a trace).
@@ -54,9 +56,9 @@ class Efficiency:
     # Per decode step: scheduler, sampling, detokenisation (vLLM with CUDA graphs ~1-3 ms).
     decode_step_overhead_s: float = spec_field(0.002, ge=0)
     # Per layer and decode step, on top of the bytes and FLOPs: the ~7 kernels of a layer
-    # each pay launch/tail latency even replayed from a CUDA graph. H200 fit: 36 us; without
-    # it the 1.5B shape's decode was under-predicted by up to 33% (it streams 5x fewer bytes
-    # per layer than the 7B shape in about the same fixed time).
+    # each pay launch/tail latency even replayed from a CUDA graph (H200 fit: 36 us). It
+    # dominates small shapes: the 1.5B shape streams 5x fewer bytes per layer than the 7B
+    # shape in about the same fixed time.
     decode_layer_s: float = spec_field(36e-6, ge=0)
     # Per collective launch latency (NCCL small-message ~10-20 us).
     comm_latency_s: float = spec_field(15e-6, ge=0)
@@ -97,7 +99,7 @@ def _sum_max_linear(a1: float, b1: float, a2: float, b2: float, k: int) -> float
     return lin(a2, b2, 0, cut) + lin(a1, b1, cut, k)
 
 
-class AnalyticCostModel:
+class AnalyticCostModel(CostModel):
     """Roofline costs for one cluster. See `Efficiency` for the tunable factors."""
 
     def __init__(self, cluster: ClusterSpec, eff: Efficiency | None = None, *,
@@ -129,7 +131,8 @@ class AnalyticCostModel:
         gbps = self.gpu.intra_node_gbps if devices <= self.cluster.gpus_per_node else self.gpu.inter_node_gbps
         return gbps * GB * self.eff.comm_eff
 
-    def _allreduce(self, nbytes: float, n: int, calls: int = 1) -> float:
+    def allreduce_time(self, nbytes: float, n: int, calls: int = 1) -> float:
+        """Ring all-reduce of `nbytes` over `n` contiguous devices, `calls` launches."""
         if n <= 1:
             return 0.0
         return 2.0 * (n - 1) / n * nbytes / self._link(n) + calls * self.eff.comm_latency_s
@@ -142,10 +145,12 @@ class AnalyticCostModel:
         return self._train_flops(model, seq_len) / seq_len
 
     def train_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
-        return self._pass_time(model, seq_lens, par, self.recompute)
+        return self.pass_time(model, seq_lens, par, self.recompute)
 
-    def _pass_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel,
-                   recompute: bool) -> float:
+    def pass_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel,
+                  recompute: bool) -> float:
+        """Forward+backward of these sequences on one DP rank at this TP/PP (`recompute`:
+        one extra forward), micro-batch overheads and TP/PP communication included."""
         if not len(seq_lens):
             return 0.0
         micro_batch_tokens = self.micro_batch_tokens
@@ -157,7 +162,7 @@ class AnalyticCostModel:
         bubble = 1.0 + (par.pp - 1) / micro
         compute = flops / (par.tp * par.pp * self._peak() * self.eff.train_mfu) * bubble
         # TP: 2 all-reduces forward + 2 backward per layer on the activations (bf16).
-        tp_comm = self._allreduce(4 * tokens * model.hidden * 2 * model.layers / par.pp, par.tp,
+        tp_comm = self.allreduce_time(4 * tokens * model.hidden * 2 * model.layers / par.pp, par.tp,
                                   calls=int(4 * model.layers / par.pp * micro))
         pp_comm = 0.0
         if par.pp > 1:
@@ -180,14 +185,14 @@ class AnalyticCostModel:
 
     def logprob_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
         # forward only: a third of the training FLOPs (no recompute)
-        return self._pass_time(model, seq_lens, par, recompute=False) / 3.0
+        return self.pass_time(model, seq_lens, par, recompute=False) / 3.0
 
     # ---- inference -------------------------------------------------------------------
     def prefill_time(self, model: ModelSpec, tp: int, tokens: int) -> float:
         if tokens <= 0:
             return 0.0
         flops = 2.0 * self.compute_params(model) * tokens + 2.0 * model.layers * model.hidden * tokens * tokens
-        comm = self._allreduce(2 * tokens * model.hidden * 2 * model.layers, tp, calls=2 * model.layers)
+        comm = self.allreduce_time(2 * tokens * model.hidden * 2 * model.layers, tp, calls=2 * model.layers)
         return flops / (tp * self._peak() * self.eff.prefill_mfu) + comm
 
     def _decode_unit(self, model: ModelSpec, tp: int) -> tuple[float, float, float, float, float, float]:
@@ -199,8 +204,8 @@ class AnalyticCostModel:
             return hit
         peak = tp * self._peak() * self.eff.decode_mfu
         bw = self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff
-        per_seq_comm = self._allreduce(2 * model.hidden * 2 * model.layers, tp, calls=0)
-        fixed0 = (self._allreduce(0.0, tp, calls=2 * model.layers) + self.eff.decode_step_overhead_s
+        per_seq_comm = self.allreduce_time(2 * model.hidden * 2 * model.layers, tp, calls=0)
+        fixed0 = (self.allreduce_time(0.0, tp, calls=2 * model.layers) + self.eff.decode_step_overhead_s
                   + model.layers * self.eff.decode_layer_s)
         unit = (2.0 * self.compute_params(model) / peak, 4.0 * model.layers * model.hidden / peak,
                 memory.engine_weight_bytes(model, tp) / bw,
@@ -250,28 +255,26 @@ class AnalyticCostModel:
         return nbytes / (self.gpu.host_link_gbps * GB * self.eff.host_link_eff)
 
     @staticmethod
-    def _stays(role: Role, release: ReleasePolicy) -> bool:
-        """Whether `role` keeps its state on its devices under `release`.
-
-        TEARDOWN destroys inference engines and re-creates them from weights; training state
-        (weights + optimizer) and the frozen reference cannot be re-created that way, so
-        they stay resident -- exactly what the executor does (it never tears them down)."""
-        return release is ReleasePolicy.RESIDENT or (
-            release is ReleasePolicy.TEARDOWN and role not in (Role.ROLLOUT, Role.GENRM))
+    def release_action(role: Role, release: ReleasePolicy) -> ReleaseAction:
+        """What `role` does under `release` on the devices this model prices: GPUs, where an
+        engine can sleep and OFFLOAD is a copy over the host link."""
+        return resolve_release(release, role, cpu=False)
 
     def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        if self._stays(role, release):
+        action = self.release_action(role, release)
+        if action is ReleaseAction.KEEP:
             return 0.0
-        if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):
+        if action is ReleaseAction.TEARDOWN:
             return self.eff.switch_overhead_s  # destroy: nothing is copied
         return self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
 
     def reload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        if self._stays(role, release):
+        action = self.release_action(role, release)
+        if action is ReleaseAction.KEEP:
             return 0.0
         load = self._host_copy(self._state_bytes(model, role, par)) + self.eff.switch_overhead_s
-        if release is ReleasePolicy.TEARDOWN and role in (Role.ROLLOUT, Role.GENRM):
-            load += self.eff.engine_start_s
+        if action is ReleaseAction.TEARDOWN:
+            load += self.eff.engine_start_s  # re-create the engine, then load its weights
         return load
 
     def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,

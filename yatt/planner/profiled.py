@@ -1,4 +1,4 @@
-"""ProfiledCostModel: the CostModel protocol answered from `yatt profile` tables.
+"""ProfiledCostModel: the CostModel contract answered from `yatt profile` tables.
 
 Why: on hardware whose behaviour a roofline does not capture (a single-thread CPU
 "device", where per-step Python overhead and engine re-creation dominate), measured
@@ -17,10 +17,11 @@ points and extrapolates along the roofline's form:
   decode step     t = a0 + a1*batch + a2*batch*mean_ctx
   prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
   join            t = j0 + j1*tokens + j2*tokens^2 per request admitted into a batch that is
-                  already decoding (a mixed step; `yatt.sim.simulate.JoinCost`), from the
+                  already decoding (a mixed step; `CostModel.prefill_join_time`), from the
                   profile's join table; the idle-engine prefill fit where there is none
-  switches        engines: measured teardown / re-create; trainer and reference: resident
-                  on CPU (the executor keeps them in memory; see README "Sim-to-real")
+  switches        what each role does under the plan's release policy on the profile's
+                  device (`yatt.core.release`): on CPU, engines are torn down and
+                  re-created (measured) and the trainer and reference stay resident
   weight sync     measured on the executor's path to 1..n engines at once (`sync`: a trainer
                   actor's state dict through Ray to engine actors; linear in the engine
                   count); without that table, the in-process state-dict gather + engine
@@ -29,12 +30,12 @@ points and extrapolates along the roofline's form:
   engine calls    what one call handing an engine actor k requests costs beyond its steps
                   (`engine.call`: c0 + c1*k; the round trip, building and adding requests,
                   a GenRM's template and tokenizers, returning results), owed by the engine
-                  per batch call and per streamed hand-off (`yatt.sim.simulate.CallCost`)
+                  per batch call and per streamed hand-off (`CostModel.engine_call_time`)
   streaming       the measured cost of one queue put to the rollout engine that makes it
-                  (`tables.handoff_s`; `yatt.sim.simulate.StreamCost`): the engine does not
+                  (`tables.handoff_s`; `CostModel.stream_handoff_time`): the engine does not
                   wait for the put, but its serialisation runs on the engine's core
   contention      several devices of one host busy at once (CPU): each phase runs the
-                  measured ratio slower (`tables.contention`, `yatt.sim.contention`);
+                  measured ratio slower (`tables.contention`, `CostModel.contention`);
                   linear in the busy count between measured counts, flat beyond the largest;
                   a GenRM engine with its own measured ratio (`engine.contention`) uses it
 
@@ -53,14 +54,15 @@ import numpy as np
 from scipy.optimize import nnls
 
 from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
+from yatt.core.costmodel import CostModel
 from yatt.core.plan import Experiment, Parallel
+from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import Phase, ReleasePolicy, Role
 from yatt.core.specs import DistKind, LengthDist, ModelSpec
 
 from .costmodel import AnalyticCostModel, Efficiency
 from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
 
-ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
 # Ray round trips the executor makes per phase (schedules.py / controller.py):
 # train: costs + stage + train_step + records; reference: one call per worker batch;
 # weight sync: state dict out + update in.
@@ -155,7 +157,7 @@ class _Fits:
         return a0 + a1 * batch + a2 * batch * ctx
 
 
-class ProfiledCostModel:
+class ProfiledCostModel(CostModel):
     """CostModel from profile tables; AnalyticCostModel for terms without a table."""
 
     def __init__(self, analytic: AnalyticCostModel, tables: ProfileTables) -> None:
@@ -184,8 +186,8 @@ class ProfiledCostModel:
         if measured is not None:
             return measured
         one = Parallel(tp=1, pp=1, dp=par.dp)
-        base = self.analytic._pass_time(model, lens, one, False)
-        return self.analytic._pass_time(model, lens, par, False) / base if base > 0 else 1.0
+        base = self.analytic.pass_time(model, lens, one, False)
+        return self.analytic.pass_time(model, lens, par, False) / base if base > 0 else 1.0
 
     def _dp_scale(self, model: ModelSpec, par: Parallel) -> Optional[float]:
         """A DP rank's step time in a DP group over its time alone (the gradient all-reduce
@@ -232,7 +234,7 @@ class ProfiledCostModel:
         if self._dp_scale(model, par) is not None:
             return 0.0
         grad_bytes = model.params / (par.tp * par.pp) * 4  # fp32 grads (grad_reduce_in_fp32)
-        return self.analytic._allreduce(grad_bytes, par.dp)
+        return self.analytic.allreduce_time(grad_bytes, par.dp)
 
     def logprob_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
         f = self._fit(model)
@@ -285,37 +287,47 @@ class ProfiledCostModel:
         return self.analytic.kv_capacity_tokens(model, tp, mem_util)
 
     # ---- phase switches ----------------------------------------------------------------
-    def _resident(self, role: Role) -> bool:
-        """CPU: trainer and reference state stays in memory whatever the release policy."""
-        return self.cpu and role not in ENGINE_ROLES
+    def release_action(self, role: Role, release: ReleasePolicy) -> ReleaseAction:
+        """What `role` does under `release` on the profile's device."""
+        return resolve_release(release, role, cpu=self.cpu)
+
+    def _measured_teardown(self, model: ModelSpec, action: ReleaseAction) -> Optional[EngineTable]:
+        """The engine table timing this teardown / re-create (CPU profiles), else None."""
+        f = self._fit(model)
+        if action is ReleaseAction.TEARDOWN and self.cpu and f is not None:
+            return f.engine
+        return None
 
     def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        f = self._fit(model)
-        if release is ReleasePolicy.RESIDENT or self._resident(role):
+        action = self.release_action(role, release)
+        if action is ReleaseAction.KEEP:
             return 0.0
-        if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
-            return f.engine.stop_s + self.tables.rpc_s  # OFFLOAD is a teardown on CPU too
+        e = self._measured_teardown(model, action)
+        if e is not None:
+            return e.stop_s + self.tables.rpc_s
+        # not measured: the roofline's price of the policy
         return self.analytic.offload_time(model, role, par, release)
 
     def reload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
-        f = self._fit(model)
-        if release is ReleasePolicy.RESIDENT or self._resident(role):
+        action = self.release_action(role, release)
+        if action is ReleaseAction.KEEP:
             return 0.0
-        if role in ENGINE_ROLES and f is not None and f.engine is not None and self.cpu:
-            return f.engine.start_s + self.tables.rpc_s
+        e = self._measured_teardown(model, action)
+        if e is not None:
+            return e.start_s + self.tables.rpc_s
         return self.analytic.reload_time(model, role, par, release)
 
     def engine_call_time(self, model: ModelSpec, requests: int) -> float:
         """What one call handing this model's engine actor `requests` requests costs beyond
-        its steps (`yatt.sim.simulate.CallCost`): c0 + c1*requests fitted to the profile's
-        `engine.call` points; 0 without them."""
+        its steps: c0 + c1*requests fitted to the profile's `engine.call` points; 0
+        without them."""
         f = self._fit(model)
         if f is None or f.call is None or requests <= 0:
             return 0.0
         return float(f.call[0] + f.call[1] * requests)
 
     def stream_handoff_time(self, items: int) -> float:
-        """What one streamed batch costs the rollout engine (`StreamCost`; measured)."""
+        """What one streamed batch costs the rollout engine (measured)."""
         return self.tables.handoff_s
 
     def weight_sync_time(self, model: ModelSpec, trainer: Parallel, rollout_tp: int,
@@ -341,10 +353,9 @@ class ProfiledCostModel:
                                           nbytes)))
 
     def contention(self, phase: Phase, busy: int) -> float:
-        """Slow-down of `phase` with `busy` devices of the host busy at once
-        (`yatt.sim.contention.HostContention`): the measured ratio, linear in `busy`
-        between measured counts (1.0 at one busy device), the largest count's beyond it;
-        1.0 for phases and profiles without a measurement."""
+        """Slow-down of `phase` with `busy` devices of the host busy at once: the measured
+        ratio, linear in `busy` between measured counts (1.0 at one busy device), the
+        largest count's beyond it; 1.0 for phases and profiles without a measurement."""
         get = _CONTENTION.get(phase)
         pts = sorted((c.busy, get(c)) for c in self.tables.contention) if get else []
         if busy <= 1 or not pts:
@@ -354,9 +365,9 @@ class ProfiledCostModel:
         return float(np.interp(float(busy), xs, ys))
 
     def engine_contention(self, model: ModelSpec, busy: int) -> Optional[float]:
-        """This model's own engine slow-down with `busy` devices generating at once
-        (`yatt.sim.contention.EngineContention`): its measured ratio, linear in `busy`
-        between counts (1.0 at one), the largest count's beyond; None without one."""
+        """This model's own engine slow-down with `busy` devices generating at once: its
+        measured ratio, linear in `busy` between counts (1.0 at one), the largest count's
+        beyond; None without one."""
         f = self._fit(model)
         pts = sorted(f.engine.contention) if f is not None and f.engine is not None else []
         if not pts:

@@ -12,7 +12,8 @@ engine with an empty batch always admits one request (a request longer than the 
 capacity is not refused). Each admitted request's prefill (`cost.prefill_time` per
 request, since attention cost is per sequence) is paid at the start of the next decode
 interval, before its decode steps. A request admitted while others are decoding pays its
-`join_s` instead (a mixed prefill+decode step; `simulate.JoinCost`), when one is given.
+`join_s` instead (a mixed prefill+decode step; `CostModel.prefill_join_time`), when one
+is given.
 Each request then needs `max(1, output)` decode steps.
 
 An arrival that finds room while the engine is decoding interrupts the interval: progress
@@ -21,8 +22,8 @@ remainder carries over), then the newcomer joins.
 
 A call that hands an engine k requests at once (a batch, or one streamed hand-off) can
 cost the engine's process time beyond its steps: the call itself, building and adding k
-requests, returning results (`call_s(k)`, `simulate.CallCost`). It is owed like prefill,
-before the engine's next steps.
+requests, returning results (`call_s(k)`, `CostModel.engine_call_time`). It is owed like
+prefill, before the engine's next steps.
 """
 from __future__ import annotations
 

@@ -11,17 +11,17 @@ at once on disjoint devices, joined by a bounded queue; a judged group that is d
 immediately streams a replacement prompt back into the rollout engines. Each generator
 releases its devices as soon as its own work is over (rollout: once no replacement can be
 requested any more); the trainer reloads when both are released.
-A cost model that implements `contention.HostContention` slows each phase by the number of
-devices of the host it keeps busy at once (CPU "devices" share cores).
+The cost model's `contention` slows each phase by the number of devices of the host it
+keeps busy at once (CPU "devices" share cores; `contention.py`).
 """
 from __future__ import annotations
 
-from typing import Optional, Protocol, Sequence, runtime_checkable
+from typing import Optional, Sequence
 
 import numpy as np
 import simpy
 
-from yatt.core import (CostModel, InputError, ModelSpec, Phase, Plan, RewardSource, Role,
+from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
@@ -31,41 +31,6 @@ from .contention import engine_cost, slowdown
 from .engine import GenEngine, Router
 from .pool import StepPool, step_pool
 from .trainer import rank_phase, split, train_epochs
-
-
-@runtime_checkable
-class StreamCost(Protocol):
-    """Optional cost-model extension: seconds a rollout engine loses handing one batch of
-    finished requests to the GenRM queue when streaming (partial colocate). yatt's engines
-    do not wait for the put, but serialising and sending it runs on the engine's own core
-    (measured by `yatt profile`: `tables.handoff_s`); an executor whose engines block on
-    each put would charge the whole round trip. A cost model without this method streams
-    for free."""
-
-    def stream_handoff_time(self, items: int) -> float: ...
-
-
-@runtime_checkable
-class JoinCost(Protocol):
-    """Optional cost-model extension: a request's prefill when it joins a batch that is
-    already decoding (its prefill rides in a mixed prefill+decode step). Streamed requests
-    (a GenRM in partial colocate) nearly always join; a batch entering an idle engine does
-    not. `yatt profile` measures it (`engine.join`). A cost model without it charges
-    `prefill_time` either way."""
-
-    def prefill_join_time(self, model: ModelSpec, tp: int, tokens: int) -> float: ...
-
-
-@runtime_checkable
-class CallCost(Protocol):
-    """Optional cost-model extension: seconds of an engine's process that one call handing
-    it `requests` requests costs beyond the engine steps (the call's round trip, turning
-    results into requests -- a GenRM's prompt template and tokenizer --, adding them to the
-    engine, returning the results). Charged per engine per batch call and per streamed
-    hand-off it receives (`GenEngine.charge`). `yatt profile` measures it on the executor's
-    engine actors (`engine.call`). A cost model without it makes calls free."""
-
-    def engine_call_time(self, model: ModelSpec, requests: int) -> float: ...
 
 
 def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, steps: int = 1,
@@ -184,16 +149,17 @@ class _Step:
         inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
         phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
         pf = self.run.prefill_times(role, inp)
-        pj = self.run.prefill_times(role, inp, join=True) if isinstance(self.cost, JoinCost) else None
+        pj = self.run.prefill_times(role, inp, join=True)
         cost = engine_cost(self.cost, phase, busy, model)
         k = cost.factor if cost is not self.cost else 1.0
         if k != 1.0:
             pf = [k * x for x in pf]
-            pj = None if pj is None else [k * x for x in pj]
+            pj = [k * x for x in pj]
         base = self.cost
         # a call's overhead is CPU work of the engine's process: contended like its steps
-        call = ((lambda n: k * base.engine_call_time(model, n))
-                if isinstance(base, CallCost) else None)
+
+        def call(n: int) -> float:
+            return k * base.engine_call_time(model, n)
         engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
                              self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj,
                              call_s=call)
@@ -304,14 +270,14 @@ class _Step:
 
         self._resolved = resolved
 
-        handoff = self.cost.stream_handoff_time if isinstance(self.cost, StreamCost) else None
+        handoff = self.cost.stream_handoff_time
 
         def rollout_done(_e, done, t):
             for i in done:
                 rollout_end[i] = t
             if has_genrm:
                 hold = gr.submit(done)
-                if hold is None and handoff is not None and (dt := handoff(len(done))) > 0:
+                if hold is None and (dt := handoff(len(done))) > 0:
                     return env.timeout(dt)
                 return hold
             self._judged(done, t)
