@@ -7,12 +7,12 @@ import math
 import pytest
 
 from yatt.core.errors import InputError
-from yatt.core.roles import Mode, ReleasePolicy
-from yatt.exec.controller import Moments, shard
 from yatt.core.layout import make_plan
-from yatt.exec.rollout import Release
+from yatt.core.release import ReleaseAction
+from yatt.core.roles import Mode, ReleasePolicy, Role
 from yatt.core.runnable import check_runnable
-from yatt.exec.runner import effective_release
+from yatt.exec.controller import Moments, shard
+from yatt.exec.runner import release_actions
 from yatt.exec.task import step_prompts, step_samples
 
 
@@ -33,10 +33,14 @@ def test_moments_merge_equals_global_stats():
     assert m.std == pytest.approx(math.sqrt(sum((x - mean) ** 2 for x in xs) / len(xs)))
 
 
-def test_release_mapping_is_honest_on_cpu():
-    assert effective_release(ReleasePolicy.OFFLOAD, cpu=True) is Release.TEARDOWN
-    assert effective_release(ReleasePolicy.OFFLOAD, cpu=False) is Release.SLEEP
-    assert effective_release(ReleasePolicy.RESIDENT, cpu=True) is Release.KEEP
+def test_release_mapping_is_honest_on_cpu(demo_experiment):
+    def actions(policy, cpu):
+        return release_actions(make_plan(demo_experiment, Mode.COLOCATE, release=policy), cpu)
+
+    assert actions(ReleasePolicy.OFFLOAD, True)[Role.ROLLOUT] is ReleaseAction.TEARDOWN
+    assert actions(ReleasePolicy.OFFLOAD, True)[Role.TRAINER] is ReleaseAction.KEEP
+    assert actions(ReleasePolicy.OFFLOAD, False)[Role.GENRM] is ReleaseAction.OFFLOAD
+    assert set(actions(ReleasePolicy.RESIDENT, True).values()) == {ReleaseAction.KEEP}
 
 
 def test_task_is_deterministic(demo_experiment):

@@ -10,9 +10,10 @@ ray = pytest.importorskip("ray")
 @pytest.fixture(scope="module")
 def engine(ray_cluster, actor_path):
     from yatt.exec.env import worker_env
-    from yatt.exec.rollout import EngineConfig, Release, engine_actor_class
+    from yatt.core.release import ReleaseAction
+    from yatt.exec.rollout import EngineConfig, engine_actor_class
 
-    cfg = EngineConfig(str(actor_path), seed=0, max_model_len=128, release=Release.TEARDOWN)
+    cfg = EngineConfig(str(actor_path), seed=0, max_model_len=128, release=ReleaseAction.TEARDOWN)
     actor = engine_actor_class().options(num_gpus=1, runtime_env={"env_vars": worker_env(True)}
                                          ).remote(cfg)
     start_s = ray.get(actor.acquire.remote())

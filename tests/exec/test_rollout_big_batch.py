@@ -28,11 +28,12 @@ def _check(actor_path: str) -> None:
     """The test body; runs in a spawned process so vLLM's process-global distributed state
     never enters the pytest process (later in-process engines and trainers would trip on it)."""
     from yatt.exec.env import apply_local_env
-    from yatt.exec.rollout import EngineConfig, EngineCore, GenRequest, Release
+    from yatt.core.release import ReleaseAction
+    from yatt.exec.rollout import EngineConfig, EngineCore, GenRequest
 
     apply_local_env(cpu=True)
     core = EngineCore(EngineConfig(str(actor_path), max_model_len=128, max_num_seqs=256,
-                                   release=Release.KEEP))
+                                   release=ReleaseAction.KEEP))
     core.start()
     try:
         budget = core.llm.llm_engine.vllm_config.scheduler_config.max_num_batched_tokens

@@ -12,7 +12,8 @@ ray = pytest.importorskip("ray")
 @pytest.mark.slow
 def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment, actor_path):
     from yatt.exec.env import worker_env
-    from yatt.exec.rollout import EngineConfig, Release, engine_actor_class
+    from yatt.core.release import ReleaseAction
+    from yatt.exec.rollout import EngineConfig, engine_actor_class
     from yatt.exec.workers import TrainItem, TrainerArgs, TrainerWorker
 
     env = {"runtime_env": {"env_vars": worker_env(True)}, "num_gpus": 0.5}
@@ -20,7 +21,7 @@ def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment,
     args = TrainerArgs(exp.actor, str(actor_path), tp=1, dp=1, lr=1e-2, seed=0)
     trainer = ray.remote(num_cpus=0)(TrainerWorker).options(**env).remote(args, 0)
     engine = engine_actor_class().options(**env).remote(
-        EngineConfig(str(actor_path), max_model_len=128, release=Release.KEEP))
+        EngineConfig(str(actor_path), max_model_len=128, release=ReleaseAction.KEEP))
     addr, port = ray.get(trainer.address.remote())
     ray.get([trainer.setup.remote(addr, port), engine.acquire.remote()])
     seq, p = [1, 10, 11, 12, 13, 14, 15, 16, 17], 4

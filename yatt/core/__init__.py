@@ -1,4 +1,4 @@
-"""yatt.core: frozen specs, Plan, Trace, the CostModel protocol and shared pure policies.
+"""yatt.core: frozen specs, Plan, Trace, the CostModel contract and shared pure policies.
 
 Imports nothing else from yatt, and nothing heavy (stdlib, numpy, pyyaml only).
 """

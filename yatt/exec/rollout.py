@@ -5,9 +5,9 @@ fed token-id prompts — so one engine wrapper serves both. It is an *async* act
 request inbox: several controllers can submit at once and the engine still batches all of
 their requests together (one in-process `LLMEngine` stepped from one event loop), and a
 finished sample can be streamed to a sink (the bounded rollout→GenRM queue) the moment it
-completes. Release is honest about the device: GPU engines sleep/wake (vLLM sleep mode);
-CPU engines are torn down and re-created (vLLM-CPU has no sleep mode), and both report
-their measured cost.
+completes. Release is honest about the device: the engine does what
+`yatt.core.release.resolve_release` decided (GPU: sleep/wake in vLLM sleep mode; CPU, which
+has no sleep mode: teardown and re-create), and reports its measured cost.
 """
 from __future__ import annotations
 
@@ -17,16 +17,9 @@ import gc
 import itertools
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Iterable, Optional
 
-
-class Release(str, Enum):
-    """What `release()` does to an engine."""
-
-    SLEEP = "sleep"        # vLLM sleep mode (GPU): weights to host, KV cache dropped
-    TEARDOWN = "teardown"  # destroy the engine; `acquire()` re-creates it
-    KEEP = "keep"          # resident: nothing to do
+from yatt.core.release import ReleaseAction
 
 
 @dataclass(frozen=True)
@@ -38,7 +31,9 @@ class EngineConfig:
     gpu_memory_utilization: float = 0.5
     tp: int = 1
     cpu: bool = True
-    release: Release = Release.TEARDOWN
+    # what `release()` does: OFFLOAD = vLLM sleep mode (GPU: weights to host, KV cache
+    # dropped), TEARDOWN = destroy (`acquire()` re-creates), KEEP = nothing
+    release: ReleaseAction = ReleaseAction.TEARDOWN
     eos_token_id: int = 2
     role: str = "rollout"      # for fault injection (faults.py) and logs
     index: int = 0             # this engine's index within its role
@@ -96,7 +91,7 @@ class EngineCore:
                                   max_model_len=self.cfg.max_model_len,
                                   max_num_seqs=self.cfg.max_num_seqs,
                                   gpu_memory_utilization=self.cfg.gpu_memory_utilization)
-        if not self.cfg.cpu and self.cfg.release is Release.SLEEP:
+        if not self.cfg.cpu and self.cfg.release is ReleaseAction.OFFLOAD:
             kw["enable_sleep_mode"] = True
         if self.cfg.cpu:
             # vLLM-CPU rewinds a seeded request's generator after a partial (chunked)
@@ -233,12 +228,12 @@ class EngineServer:
         return 0.0
 
     async def release(self) -> float:
-        """Give the device back per the configured policy."""
+        """Give the device back per the configured action."""
         if self._pending:
             raise RuntimeError("cannot release an engine with requests in flight")
-        if self.cfg.release is Release.TEARDOWN:
+        if self.cfg.release is ReleaseAction.TEARDOWN:
             return self.core.stop()
-        if self.cfg.release is Release.SLEEP and self.core.llm is not None:
+        if self.cfg.release is ReleaseAction.OFFLOAD and self.core.llm is not None:
             t0 = time.perf_counter()
             self.core.llm.sleep(level=1)
             self.core.sleeping = True

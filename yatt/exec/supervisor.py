@@ -31,13 +31,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from yatt.core.release import ReleaseAction
 from yatt.core.roles import Mode, Role
 from yatt.core.specs import CheckpointSpec
 
 from . import checkpoint as ckpt
 from .controller import StepController
 from .rayutil import get_all
-from .rollout import Release
 
 
 class RunAborted(RuntimeError):
@@ -83,8 +83,9 @@ class Counters:
 
 
 class Supervisor:
-    def __init__(self, plan, actors, ctl, rec, release: Release, spec: CheckpointSpec,
-                 out_dir: Path, push_weights: Callable[[], None], total_steps: int,
+    def __init__(self, plan, actors, ctl, rec, release: dict[Role, ReleaseAction],
+                 spec: CheckpointSpec, out_dir: Path, push_weights: Callable[[], None],
+                 total_steps: int,
                  log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, ctl, rec
         self.release, self.spec, self.out = release, spec, Path(out_dir)
@@ -308,5 +309,6 @@ class Supervisor:
 
     def _engines_up_at_step_start(self) -> dict[Role, bool]:
         """Which engine roles hold their devices when a step begins (as after `_launch`)."""
-        keep = self.release is Release.KEEP or self.plan.mode is Mode.PARTIAL
-        return {r: (r is Role.ROLLOUT or keep) for r in self.actors.engines}
+        partial = self.plan.mode is Mode.PARTIAL
+        return {r: (r is Role.ROLLOUT or partial or self.release[r] is ReleaseAction.KEEP)
+                for r in self.actors.engines}

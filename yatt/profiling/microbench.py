@@ -3,7 +3,7 @@
 Why: the profiled cost model must be fed by the same code the executor runs, on the local
 hardware: Megatron training steps (`trainer.MegatronTrainer`), reference log-probs
 (`workers.ReferenceWorker`, HF forward), vLLM prefill/decode steps, engine
-create/teardown (`rollout.EngineCore`, exactly what `Release.TEARDOWN` does) and the
+create/teardown (`rollout.EngineCore`, exactly what `ReleaseAction.TEARDOWN` does) and the
 weight update (`MegatronTrainer.hf_state_dict` -> `EngineCore.update_weights`).
 Everything here runs in-process (no Ray; `microbench_ray` and `microbench_engines` have the
 benchmarks that need a Ray session), one thread on CPU, with the executor's own
@@ -193,12 +193,15 @@ def logprob_times(hf_path: str, device: str, points: Sequence[tuple[int, int]], 
 
 # ---- inference engines ---------------------------------------------------------------------
 def _engine_config(hf_path: str, cpu: bool, max_num_seqs: int, mem_util: float):
-    from yatt.exec.rollout import EngineConfig, Release
+    from yatt.core.release import resolve_release
+    from yatt.core.roles import ReleasePolicy, Role
+    from yatt.exec.rollout import EngineConfig
 
-    # GPU path: cpu=False uses sleep mode for release; untested here
+    # an engine released as the default policy releases it on this device (CPU: teardown,
+    # GPU: sleep mode)
     return EngineConfig(hf_path, max_model_len=512, max_num_seqs=max_num_seqs,
                         gpu_memory_utilization=mem_util, cpu=cpu,
-                        release=Release.TEARDOWN if cpu else Release.SLEEP)
+                        release=resolve_release(ReleasePolicy.OFFLOAD, Role.ROLLOUT, cpu=cpu))
 
 
 def _add(core, rid: str, prompt: Sequence[int], max_tokens: int) -> None:
