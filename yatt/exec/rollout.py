@@ -96,8 +96,9 @@ class EngineCore:
         if self.cfg.cpu:
             # vLLM-CPU rewinds a seeded request's generator after a partial (chunked)
             # prefill with `set_offset`, which CPU generators refuse ("CPU Generator does
-            # not use offset"): a step whose prompts exceed the per-step token budget died.
-            # Whole-prompt prefills only; each sample still has its own seeded generator.
+            # not use offset"), so a step whose prompts exceed the per-step token budget
+            # would fail. Whole-prompt prefills only; each sample keeps its own seeded
+            # generator.
             kw["enable_chunked_prefill"] = False
         self.llm = LLM(self.cfg.model_path, **kw)
         self.sleeping = False
@@ -167,8 +168,8 @@ def _finish(call: "_Call", put: asyncio.Future) -> None:
 
 def _refresh_tied_lm_head(model) -> None:
     """vLLM-CPU packs the LM head's GEMM weight at load time; with tied embeddings,
-    `reload_weights` updates the embedding but leaves that packed copy stale (measured:
-    logprobs off by ~1). Re-tie and re-pack it."""
+    `reload_weights` updates the embedding but leaves that packed copy stale (the engine's
+    log-probs are then off by ~1). Re-tie and re-pack it."""
     head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     if head is None or embed is None or not getattr(model.config, "tie_word_embeddings", False):

@@ -108,7 +108,7 @@ class Supervisor:
     def snapshot(self) -> None:
         """Keep every trainer rank's current state (the last good state)."""
         self.snaps = [w.snapshot.remote() for w in self.actors.trainers]
-        get_all(self.snaps)   # surface errors now, not at recovery time
+        get_all(self.snaps)   # surface errors here, not at recovery time
 
     def _restore(self) -> None:
         get_all([w.restore.remote(s) for w, s in zip(self.actors.trainers, self.snaps)])

@@ -37,7 +37,7 @@ class SampleSpec:
 def id_block(step: int, round: int, workload: Workload) -> int:
     """Which block of ids (prompt and sample) a (step, dynamic-sampling round) uses.
 
-    Without dynamic sampling it is the step (ids as before); with it each step owns
+    Without dynamic sampling it is the step (one block per step); with it each step owns
     `max_resample_rounds + 1` consecutive blocks, so replacement ids never collide."""
     rounds = workload.max_resample_rounds + 1 if workload.dynamic_sampling else 1
     return step * rounds + round
