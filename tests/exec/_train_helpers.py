@@ -11,7 +11,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 from yatt.core.config import read_yaml  # noqa: E402
 from yatt.core.schema import from_dict  # noqa: E402
-from yatt.core.specs import ModelSpec  # noqa: E402
+from yatt.core.specs import AlgoSpec, ModelSpec  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "tests" / "_artifacts" / "exec_train"
@@ -31,6 +31,14 @@ def built_model(spec: ModelSpec, arch: str = "qwen2", seed: int = 0) -> Path:
     """Build (once, cached under tests/_artifacts) an HF checkpoint for spec."""
     from yatt.exec.hf_model import build_hf_model
     return build_hf_model(spec, ARTIFACTS / f"{spec.name}-{arch}-s{seed}", seed=seed, arch=arch)
+
+
+def plain_algo(**kw) -> AlgoSpec:
+    """The trainer tests' algorithm: PPO-clip without KL or entropy terms, one epoch,
+    4096-token micro-batches, a replicated optimizer; `kw` overrides fields."""
+    base = dict(lr=1e-3, kl_coef=0.0, entropy_coef=0.0, micro_batch_tokens=4096,
+                distributed_optimizer=False)
+    return AlgoSpec(**{**base, **kw})
 
 
 def free_port() -> int:
@@ -70,11 +78,11 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     from yatt.exec.trainer import MegatronTrainer
     spec = load_spec() if opts.get("arch", "qwen2") == "qwen2" else llama_spec()
     path = built_model(spec, opts.get("arch", "qwen2"))
-    tr = MegatronTrainer(spec, str(path), tp=opts["tp"], dp=opts["dp"], rank=rank,
-                         master_addr="127.0.0.1", master_port=port, lr=opts.get("lr", 1e-3),
-                         distributed_optimizer=opts.get("distributed_optimizer", False),
-                         micro_batch_tokens=opts.get("micro_batch_tokens", 4096),
-                         kl_coef=opts.get("kl_coef", 0.0), entropy_coef=opts.get("entropy_coef", 0.0),
+    algo = plain_algo(**{k: opts[k] for k in ("lr", "distributed_optimizer",
+                                               "micro_batch_tokens", "kl_coef", "entropy_coef")
+                         if k in opts})
+    tr = MegatronTrainer(spec, str(path), algo, tp=opts["tp"], dp=opts["dp"], rank=rank,
+                         master_addr="127.0.0.1", master_port=port,
                          device=opts.get("device", "cpu"))
     dp_rank = ps.get_data_parallel_rank()
     if opts.get("split_of") is not None:      # this DP rank's half of a full batch

@@ -10,7 +10,8 @@ import pytest
 
 pytest.importorskip("megatron.core")
 
-from tests.exec._train_helpers import built_model, free_port, load_spec, make_batch  # noqa: E402
+from tests.exec._train_helpers import (built_model, free_port, load_spec, make_batch,  # noqa: E402
+                                       plain_algo)
 
 
 def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
@@ -20,10 +21,10 @@ def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
     from yatt.exec.trainer import MegatronTrainer, TrainBatch
 
     spec = load_spec()
-    tr = MegatronTrainer(spec, str(built_model(spec)), tp=1, dp=1, rank=0,
-                         master_addr="127.0.0.1", master_port=port, lr=1e-3, kl_coef=0.2,
-                         entropy_coef=0.1, kl_estimator=KLEstimator.K1, dual_clip=3.0,
-                         ppo_epochs=3, seq_len_batching=True, adaptive_accept=True)
+    algo = plain_algo(lr=1e-3, kl_coef=0.2, entropy_coef=0.1, kl_estimator=KLEstimator.K1,
+                      dual_clip=3.0, ppo_epochs=3, seq_len_batching=True, adaptive_accept=True)
+    tr = MegatronTrainer(spec, str(built_model(spec)), algo, tp=1, dp=1, rank=0,
+                         master_addr="127.0.0.1", master_port=port)
     b = make_batch(0, n=12)
     lp0 = tr.logprobs(b.input_ids, b.prompt_lens)
     b = dataclasses.replace(b, ref_logprobs=tuple(tuple(x - 0.05 for x in r) for r in lp0))

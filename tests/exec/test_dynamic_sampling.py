@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("transformers")
 
 from yatt.core.roles import RewardSource  # noqa: E402
-from yatt.core.specs import Workload  # noqa: E402
+from yatt.core.specs import AlgoSpec, Workload  # noqa: E402
 from yatt.exec.controller import ControllerConfig, StepController  # noqa: E402
 from yatt.exec.genrm import Judgment  # noqa: E402
 from yatt.exec.rollout import GenResult  # noqa: E402
@@ -33,7 +33,8 @@ WL = Workload(prompts_per_step=4, samples_per_prompt=2, dynamic_sampling=True,
 
 
 def _ctl(tok_dir, index=0, count=1, wl=WL):
-    cfg = ControllerConfig(index, count, 0, wl, RewardSource.RULE, tok_dir, 1.0, 0.0)
+    cfg = ControllerConfig(index, count, 0, wl, AlgoSpec(reward=RewardSource.RULE, temperature=1.0),
+                           tok_dir, 0.0)
     return StepController(cfg, [], [], [], [])
 
 

@@ -15,10 +15,11 @@ def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment,
     from yatt.core.release import ReleaseAction
     from yatt.exec.rollout import EngineConfig, engine_actor_class
     from yatt.exec.workers import TrainItem, TrainerArgs, TrainerWorker
+    from tests.exec._train_helpers import plain_algo
 
     env = {"runtime_env": {"env_vars": worker_env(True)}, "num_gpus": 0.5}
     exp = demo_experiment
-    args = TrainerArgs(exp.actor, str(actor_path), tp=1, dp=1, lr=1e-2, seed=0)
+    args = TrainerArgs(exp.actor, str(actor_path), plain_algo(lr=1e-2), tp=1, dp=1, seed=0)
     trainer = ray.remote(num_cpus=0)(TrainerWorker).options(**env).remote(args, 0)
     engine = engine_actor_class().options(**env).remote(
         EngineConfig(str(actor_path), max_model_len=128, release=ReleaseAction.KEEP))

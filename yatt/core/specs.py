@@ -293,6 +293,11 @@ class CheckpointSpec:
     max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
 
+    @property
+    def any_trigger(self) -> bool:
+        """Whether any save trigger is on (a run may checkpoint at all)."""
+        return bool(self.every_steps or self.every_minutes or self.at_steps)
+
     def __post_init__(self) -> None:
         for i, s in enumerate(self.at_steps):
             if s < 0:

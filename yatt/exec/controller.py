@@ -25,7 +25,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Callable, Optional
 
 from yatt.core.roles import RewardSource
-from yatt.core.specs import Workload
+from yatt.core.specs import AlgoSpec, Workload
 from yatt.core.trace import SampleRecord
 
 from .algo import all_equal_groups, step_advantages
@@ -42,17 +42,15 @@ class ControllerConfig:
     count: int
     seed: int
     workload: Workload
-    reward: RewardSource
+    algo: AlgoSpec                 # reward source, temperature, advantage normalisation
     actor_tokenizer: str
-    temperature: float
     t0: float                      # run start, time.time()
     queue_capacity: int = 64
-    adv_std: bool = True            # AlgoSpec.adv_std
-    reward_norm: bool = False       # AlgoSpec.reward_norm
     # Ask the rollout engines for each generated token's log-prob. Off: the trainer computes
     # the behaviour log-probs itself (its first epoch's; `TrainItem` carries none), so
-    # engine log-probs were computed, shipped and dropped (measured ~10-20% of the rollout
-    # phase on the vs-TRL job). Sampled tokens are the same either way (per-request seeds).
+    # engine log-probs would be computed, shipped and dropped (~10-20% of the rollout phase
+    # measured on the vs-TRL job). Sampled tokens are the same either way (per-request
+    # seeds).
     behaviour_logprobs: bool = False
 
 
@@ -181,7 +179,7 @@ class StepController:
                 first.add(s.prompt_id)
                 payload = self.prompts[s.prompt_id].payload or None
             out.append(GenRequest(s.sample_id, self.prompt_ids[s.prompt_id], s.max_tokens,
-                                  self.cfg.temperature, s.seed, self.cfg.behaviour_logprobs,
+                                  self.cfg.algo.temperature, s.seed, self.cfg.behaviour_logprobs,
                                   payload))
         return out
 
@@ -198,7 +196,7 @@ class StepController:
             text = self.tok.decode(list(r.token_ids), skip_special_tokens=True)
             answer = self.prompts[self._pid(sid)].answer
             self.correct[sid] = exact_match(answer, text)
-            if self.cfg.reward is RewardSource.RULE:
+            if self.cfg.algo.reward is RewardSource.RULE:
                 self.judged[sid] = rule_judgment(sid, answer, text, exact_match, r.end_s)
 
     def _pid(self, sample_id: int) -> int:
@@ -320,7 +318,8 @@ class StepController:
             return {}
         r = torch.tensor([self.judged[s.sample_id].reward for s in kept], dtype=torch.float64)
         g = torch.tensor([s.prompt_id for s in kept])
-        adv = step_advantages(r, g, use_std=self.cfg.adv_std, reward_norm=self.cfg.reward_norm,
+        adv = step_advantages(r, g, use_std=self.cfg.algo.adv_std,
+                              reward_norm=self.cfg.algo.reward_norm,
                               batch_mean=batch_mean, batch_std=batch_std)
         return {s.sample_id: float(a) for s, a in zip(kept, adv.tolist())}
 

@@ -72,22 +72,13 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
             engines[role].append(actor_cls.options(**placement.options(g[0]), **restarts)
                                  .remote(*mine))
     tp = plan.placement(Role.TRAINER)
-    a = exp.algo
-    targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], tp=tp.tp, dp=tp.dp, lr=a.lr, seed=seed,
-                        distributed_optimizer=a.distributed_optimizer, kl_coef=a.kl_coef,
-                        entropy_coef=a.entropy_coef, clip_eps=a.clip_eps,
-                        micro_batch_tokens=a.micro_batch_tokens,
-                        device="cpu" if cpu else "cuda", kl_estimator=a.kl_estimator,
-                        dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
-                        seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept,
-                        async_checkpoints=exp.checkpoint.async_save and bool(
-                            exp.checkpoint.every_steps or exp.checkpoint.every_minutes
-                            or exp.checkpoint.at_steps))
+    targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], exp.algo, exp.checkpoint, tp=tp.tp,
+                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda")
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
-    refs = []   # created now so they load while trainers and engines start
-    if a.use_reference and plan.has(Role.REFERENCE):
+    refs = []   # created here so they load while trainers and engines start
+    if exp.algo.use_reference and plan.has(Role.REFERENCE):
         rcls = ray.remote(num_cpus=0)(ReferenceWorker)
         refs = [rcls.options(**placement.options(g[0]), **restarts).remote(paths[Role.ROLLOUT],
                                                                             "cpu" if cpu else "cuda")
@@ -166,10 +157,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         rec.extra["startup_s" if state is None else "resume_startup_s"] = round(time.time() - rec.t0, 3)
 
         def make_cfg(i: int, n: int) -> ControllerConfig:
-            return ControllerConfig(i, n, seed, exp.workload, exp.algo.reward, paths[Role.ROLLOUT],
-                                    exp.algo.temperature, rec.t0,
-                                    queue_capacity=min(exp.engine.queue_capacity, 1024),
-                                    adv_std=exp.algo.adv_std, reward_norm=exp.algo.reward_norm)
+            return ControllerConfig(i, n, seed, exp.workload, exp.algo, paths[Role.ROLLOUT],
+                                    rec.t0, queue_capacity=min(exp.engine.queue_capacity, 1024))
         ctl = ControllerGroup(make_cfg, k, (actors.engines.get(Role.ROLLOUT, []),
                                             actors.engines.get(Role.GENRM, []), actors.refs,
                                             actors.trainer_groups), worker_env(cpu))

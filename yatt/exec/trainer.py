@@ -22,7 +22,7 @@ import torch
 
 from yatt.core.balance import group_consecutive
 from yatt.core.errors import InputError
-from yatt.core.specs import KLEstimator, ModelSpec
+from yatt.core.specs import AlgoSpec, ModelSpec
 
 from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
@@ -61,17 +61,14 @@ def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[
 
 
 class MegatronTrainer(TrainerState):
-    """One rank of actor training. See module docstring for the collective contract."""
+    """One rank of actor training. See module docstring for the collective contract.
 
-    def __init__(self, spec: ModelSpec, hf_path: str, *, tp: int, dp: int, rank: int,
-                 master_addr: str, master_port: int, lr: float, seed: int = 0,
-                 distributed_optimizer: bool = False, kl_coef: float = 0.0,
-                 entropy_coef: float = 0.0, clip_eps: float = 0.2,
-                 micro_batch_tokens: int = 4096, device: str = "cpu",
-                 clip_grad: float = 1.0, pad_id: int = 0,
-                 kl_estimator: KLEstimator = KLEstimator.K3, dual_clip: float = 0.0,
-                 ppo_epochs: int = 1, seq_len_batching: bool = False,
-                 adaptive_accept: bool = False) -> None:
+    `algo` holds every algorithm setting (loss coefficients, clipping, epochs, batching,
+    learning rate, optimizer sharding); the keywords are this rank's runtime facts."""
+
+    def __init__(self, spec: ModelSpec, hf_path: str, algo: AlgoSpec, *, tp: int, dp: int,
+                 rank: int, master_addr: str, master_port: int, seed: int = 0,
+                 device: str = "cpu", clip_grad: float = 1.0, pad_id: int = 0) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
 
@@ -81,11 +78,9 @@ class MegatronTrainer(TrainerState):
         if device == "cpu":
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         megatron_shim.install(device)
-        self.spec, self.tp, self.dp, self.rank = spec, tp, dp, rank
-        self.kl_coef, self.entropy_coef, self.clip_eps = kl_coef, entropy_coef, clip_eps
-        self.micro_batch_tokens, self.pad_id = micro_batch_tokens, pad_id
-        self.kl_fn, self.dual_clip, self.ppo_epochs = KL_ESTIMATORS[kl_estimator], dual_clip, ppo_epochs
-        self.seq_len_batching, self.adaptive_accept = seq_len_batching, adaptive_accept
+        self.spec, self.algo, self.tp, self.dp, self.rank = spec, algo, tp, dp, rank
+        self.pad_id = pad_id
+        self.kl_fn = KL_ESTIMATORS[algo.kl_estimator]
         self.nonfinite_steps = 0
         self.device = torch.device(device)
         if device.startswith("cuda"):
@@ -103,7 +98,7 @@ class MegatronTrainer(TrainerState):
         model = build_gpt_model(spec, self.meta, tp, device=str(self.device))
         load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank)
         self.model = model
-        self.ddp, self.optimizer = self._wrap(model, lr, distributed_optimizer, clip_grad)
+        self.ddp, self.optimizer = self._wrap(model, algo.lr, algo.distributed_optimizer, clip_grad)
         self.steps = 0
         self.world = tp * dp
         self.fault = faults.hook("trainer", rank)
@@ -170,8 +165,8 @@ class MegatronTrainer(TrainerState):
 
     def _groups(self, seqs: Sequence[Sequence[int]]) -> list[list[int]]:
         lens = [len(x) for x in seqs]
-        return (micro_batches_by_length(lens) if self.seq_len_batching
-                else micro_batches(lens, self.micro_batch_tokens))
+        return (micro_batches_by_length(lens) if self.algo.seq_len_batching
+                else micro_batches(lens, self.algo.micro_batch_tokens))
 
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
@@ -200,9 +195,9 @@ class MegatronTrainer(TrainerState):
         old_cache: dict[int, torch.Tensor] = {}
         metrics: dict[str, float] = {}
         skipped, accept, clip_frac = 0, 1.0, 0.0
-        for epoch in range(self.ppo_epochs):
+        for epoch in range(self.algo.ppo_epochs):
             keep = [1.0] * len(resp)
-            if self.adaptive_accept and epoch > 0:
+            if self.algo.adaptive_accept and epoch > 0:
                 accept, keep = self._accept(batch, groups, old_cache, dp_group)
             n_local = float(sum(n * k for n, k in zip(resp, keep)))
             tot_d = torch.tensor([n_local], device=self.device)
@@ -261,24 +256,24 @@ class MegatronTrainer(TrainerState):
                     old_cache[gi] = logp.detach()
                 old = old_cache[gi]
             adv = torch.tensor([batch.advantages[i] for i in group], device=self.device)[:, None]
-            pg = ppo_clip_loss(logp, old, adv, self.clip_eps, self.dual_clip)
+            pg = ppo_clip_loss(logp, old, adv, self.algo.clip_eps, self.algo.dual_clip)
             kl = torch.zeros_like(logp)
             if batch.ref_logprobs is not None:
                 ref = self._per_token([batch.ref_logprobs[i] for i in group], plens, seqs, s)
                 kl = self.kl_fn(logp, ref)
-            if self.entropy_coef:
+            if self.algo.entropy_coef:
                 ent = token_entropy(logits)
             else:
                 with torch.no_grad():
                     ent = token_entropy(logits.detach())
-            tok_loss = total_token_loss(pg, kl, ent, self.kl_coef, self.entropy_coef)
+            tok_loss = total_token_loss(pg, kl, ent, self.algo.kl_coef, self.algo.entropy_coef)
             loss_sum = (tok_loss * mask).sum()
             if poison:
                 loss_sum = loss_sum * float("nan")
             # DDP averages grads over DP; * dp turns that into a sum of per-rank token sums.
             (loss_sum * (self.dp / n_global)).backward()
             with torch.no_grad():
-                clipped = clipped_tokens(logp.detach(), old, adv, self.clip_eps).float()
+                clipped = clipped_tokens(logp.detach(), old, adv, self.algo.clip_eps).float()
                 sums += torch.stack([loss_sum.detach(), (kl * mask).sum(), (ent * mask).sum(),
                                      (~torch.isfinite(loss_sum.detach())).float(),
                                      (clipped * mask).sum()])
@@ -311,7 +306,7 @@ class MegatronTrainer(TrainerState):
             old = (self._per_token([batch.old_logprobs[i] for i in group], plens, seqs, ids.shape[1])
                    if batch.old_logprobs is not None else old_cache[gi])
             adv = torch.tensor([batch.advantages[i] for i in group], device=self.device)[:, None]
-            c = clipped_tokens(logp, old, adv, self.clip_eps).float() * mask
+            c = clipped_tokens(logp, old, adv, self.algo.clip_eps).float() * mask
             for j, i in enumerate(group):
                 per_seq[i] = float(c[j].sum() / mask[j].sum().clamp(min=1))
             stats += torch.stack([c.sum(), mask.sum()])

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
-from yatt.core.specs import KLEstimator, ModelSpec
+from yatt.core.specs import AlgoSpec, CheckpointSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -30,24 +30,17 @@ class TrainItem:
 
 @dataclass(frozen=True)
 class TrainerArgs:
+    """What every trainer rank is built from: the experiment's algorithm and checkpoint
+    specs, whole, and this run's runtime facts."""
+
     spec: ModelSpec
     hf_path: str
-    tp: int
-    dp: int
-    lr: float
+    algo: AlgoSpec
+    checkpoint: CheckpointSpec = CheckpointSpec()
+    tp: int = 1
+    dp: int = 1
     seed: int = 0
-    distributed_optimizer: bool = False
-    kl_coef: float = 0.0
-    entropy_coef: float = 0.0
-    clip_eps: float = 0.2
-    micro_batch_tokens: int = 4096
     device: str = "cpu"
-    kl_estimator: KLEstimator = KLEstimator.K3
-    dual_clip: float = 0.0
-    ppo_epochs: int = 1
-    seq_len_batching: bool = False
-    adaptive_accept: bool = False
-    async_checkpoints: bool = False   # prewarm megatron's async writer at setup
 
 
 def free_port() -> tuple[str, int]:
@@ -80,15 +73,11 @@ class TrainerWorker:
 
         a = self.args
         t0 = time.perf_counter()
-        self.trainer = MegatronTrainer(
-            a.spec, a.hf_path, tp=a.tp, dp=a.dp, rank=self.rank, master_addr=master_addr,
-            master_port=master_port, lr=a.lr, seed=a.seed,
-            distributed_optimizer=a.distributed_optimizer, kl_coef=a.kl_coef,
-            entropy_coef=a.entropy_coef, clip_eps=a.clip_eps,
-            micro_batch_tokens=a.micro_batch_tokens, device=a.device,
-            kl_estimator=a.kl_estimator, dual_clip=a.dual_clip, ppo_epochs=a.ppo_epochs,
-            seq_len_batching=a.seq_len_batching, adaptive_accept=a.adaptive_accept)
-        if a.async_checkpoints:
+        self.trainer = MegatronTrainer(a.spec, a.hf_path, a.algo, tp=a.tp, dp=a.dp, rank=self.rank,
+                                       master_addr=master_addr, master_port=master_port,
+                                       seed=a.seed, device=a.device)
+        if a.checkpoint.async_save and a.checkpoint.any_trigger:
+            # start megatron's async writer at setup, not in the first save's stall
             self.trainer.prewarm_async_checkpointing()
         return time.perf_counter() - t0
 

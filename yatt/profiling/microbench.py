@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from yatt.core.specs import ModelSpec
+from yatt.core.specs import AlgoSpec, ModelSpec
 
 Tick = Callable[[str], None]
 
@@ -116,6 +116,13 @@ def _ids(n: int, vocab: int, rng) -> tuple[int, ...]:
 
 
 # ---- training ------------------------------------------------------------------------------
+def bench_algo(micro_batch_tokens: int) -> AlgoSpec:
+    """The algorithm a timed train step runs: the PPO-clip loss without KL or entropy terms
+    (the batches carry no reference log-probs), one epoch, a replicated Adam optimizer."""
+    return AlgoSpec(lr=1e-5, micro_batch_tokens=micro_batch_tokens, kl_coef=0.0,
+                    entropy_coef=0.0, distributed_optimizer=False)
+
+
 class TrainBench:
     """A Megatron trainer rank kept alive for several measurements: TP=DP=1 alone by
     default, or rank `rank` of a TP x DP group whose rank 0 listens on `port`
@@ -126,10 +133,9 @@ class TrainBench:
         from yatt.exec.trainer import MegatronTrainer
 
         self.spec = spec
-        self.trainer = MegatronTrainer(spec, hf_path, tp=tp, dp=dp, rank=rank,
-                                       master_addr="127.0.0.1", master_port=port or _free_port(),
-                                       lr=1e-5, micro_batch_tokens=micro_batch_tokens,
-                                       device=device)
+        self.trainer = MegatronTrainer(spec, hf_path, bench_algo(micro_batch_tokens), tp=tp,
+                                       dp=dp, rank=rank, master_addr="127.0.0.1",
+                                       master_port=port or _free_port(), device=device)
 
     def step_time(self, batch: int, seq: int, reps: int, rng) -> float:
         """Seconds of one `train_step` on `batch` sequences of `seq` tokens (half prompt)."""
