@@ -1,4 +1,4 @@
-"""ProfiledCostModel: table fits, protocol invariants, CPU switch semantics, profile file
+"""ProfiledCostModel: table fits, contract invariants, CPU switch semantics, profile file
 compatibility, the cost-model factory, and the CLI wiring (--profile)."""
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def cost(exp):
     return cost_model_for(exp, Profile(tables=_tables()))
 
 
-def test_factory_and_protocol(exp, cost):
+def test_factory_and_contract(exp, cost):
     assert isinstance(cost, ProfiledCostModel) and isinstance(cost, CostModel)
     assert isinstance(cost_model_for(exp, None), AnalyticCostModel)
     assert isinstance(cost_model_for(exp, Profile()), AnalyticCostModel)  # no tables: analytic
