@@ -32,6 +32,13 @@ class LrSchedule(str, Enum):
     COSINE = "cosine"       # linear warmup, then cosine decay to lr * lr_min_ratio at the last step
 
 
+class OldLogprobs(str, Enum):
+    """Where the PPO ratio's old (pre-update) log-probs come from."""
+
+    REUSE = "reuse"          # each sequence's first forward in training (no extra pass)
+    RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -256,6 +263,9 @@ class AlgoSpec:
     lr_min_ratio: float = spec_field(0.1, ge=0, le=1, help="cosine floor, as a fraction of lr")
     seq_len_batching: bool = False  # WeChat-YATT: sequences per micro-batch from length
     adaptive_accept: bool = False   # WeChat-YATT: keep 100/70/50% by clipped-token ratio
+    mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
+                                   "is split into this many mini-batches (verl's ppo_mini_batch_size)")
+    old_logprobs: OldLogprobs = OldLogprobs.REUSE
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:
