@@ -155,6 +155,13 @@ def _fidelity(d: dict) -> list[str]:
         ["end to end, scaled by the host probe", _apct(d.get("drift_adjusted_median_abs_err")),
          _apct(d.get("drift_adjusted_max_abs_err"))],
     ])
+    phases = sorted({ph for c in d.get("cases", []) for ph in c.get("phases", {})})
+    if phases:
+        out += ["Per phase: replay error (measured busy seconds per step in brackets).", ""]
+        out += _table(["case", *phases], [
+            [c["case"], *[(f"{_pct(c['phases'][ph].get('replay_err'))} ({_fmt(c['phases'][ph].get('measured_s'))})"
+                           if ph in c.get("phases", {}) else "-") for ph in phases]]
+            for c in d.get("cases", [])])
     out += _table(["workload", "planner's mode", "measured faster", "gap", "correct"],
                   [[m["workload"], m["planner_mode"], m["measured_faster"], _apct(m.get("measured_gap")),
                     m.get("correct")] for m in d.get("mode_choice", [])])

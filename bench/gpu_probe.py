@@ -1,8 +1,8 @@
-"""One short GPU lease's worth of measurements for the GPU catalog.
+"""The GPU measurements behind the catalog, in one short process.
 
 Why: `yatt/catalog/gpus.yaml` should cite what an H200 (and, by ratio, an H100) measured,
 not the datasheet. This runs the probes of `yatt.profiling.gpu_probe` in one process, section by
-section, and writes the JSON after every section, so a lease that runs out still returns
+section, and writes the JSON after every section, so a run that is cut short still returns
 what it measured:
   env       device name, torch/driver versions
   matmul    bf16 TFLOP/s on random data, square and one decode-like skinny shape

@@ -4,7 +4,7 @@ Why: megatron-core hard-codes CUDA in a handful of places (docs/design.md, "CPU 
 `torch.cuda.current_device()` for buffers, `device="cuda"` in the causal mask, optimizer,
 grad clipping and grad scaler, `torch.cuda.synchronize()` when checkpointing, and an
 assert that gradients are `torch.cuda.FloatTensor`. Our CPU demo and tests train on CPU
-over gloo, so we map those to CPU here. The shim is a no-op where CUDA is available.
+over gloo, so we map those to CPU here. The shim is a no-op for a trainer on a CUDA device.
 
 Mechanism:
   * a global `TorchFunctionMode` rewrites CUDA devices (``"cuda"``, ``"cuda:0"``, bare ints,
