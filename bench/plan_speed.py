@@ -11,9 +11,10 @@ Writes bench/results/plan_speed.json and prints one summary line.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from _results import write_result  # bench/ holds the script: on sys.path
 
 from yatt.core import ClusterSpec, DistKind, Experiment, LengthDist, SearchSpec, Workload, catalog
 from yatt.planner.costmodel import AnalyticCostModel
@@ -61,8 +62,7 @@ def main() -> None:
                                  "simulations": fast.simulations, "exhaustive_simulations": full.simulations}
     out["regret_max"] = round(max(regrets), 5) if regrets else None
     out["target_regret"] = 0.01
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    write_result(args.out, out, indent=2)
     print(f"plan_speed: 1024 GPUs in {wall:.2f} s wall / {cpu:.2f} s CPU ({res.simulations} sims over "
           f"{res.space_size} candidates, target 5 s); regret max {out['regret_max']} (target 0.01)")
 

@@ -37,8 +37,8 @@ def fidelity_report(console: Console, trace, cost) -> None:
     from yatt.core.trace import Trace
     from yatt.planner.replay import replay
 
-    # Step 0 pays one-off process warm-up the simulator does not model (see README,
-    # "Sim-to-real fidelity"); it is left out whenever a later step exists.
+    # Step 0 pays one-off process warm-up the simulator does not model (docs/fidelity.md);
+    # it is left out whenever a later step exists.
     skip = 1 if len({s.step for s in trace.samples}) > 1 else 0
     if skip:
         trace = Trace(trace.meta, tuple(s for s in trace.samples if s.step >= skip),

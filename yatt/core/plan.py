@@ -17,15 +17,20 @@ from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec,
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """What the planner may choose from. Empty tuples mean "let the planner decide"."""
+    """What the planner may choose from."""
 
-    modes: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
-    tp_choices: tuple[int, ...] = (1, 2, 4, 8)
-    engine_tp_choices: tuple[int, ...] = ()  # rollout/GenRM engines; empty = tp_choices
-    balance: BalancePolicy = BalancePolicy.KK
-    balance_cost: BalanceCost = BalanceCost.FLOPS
-    controllers: int = spec_field(1, ge=1)
-    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+    modes: tuple[Mode, ...] = spec_field((Mode.COLOCATE, Mode.PARTIAL), help="placement modes to search")
+    tp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="TP sizes tried for each role")
+    engine_tp_choices: tuple[int, ...] = spec_field((), help="TP sizes for rollout/GenRM engines "
+                                                            "(empty: tp_choices)")
+    balance: BalancePolicy = spec_field(BalancePolicy.KK, help="how sequences are split over trainer DP "
+                                                               "ranks: naive chunks, greedy LPT or "
+                                                               "Karmarkar-Karp")
+    balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="a sequence's weight when balancing: "
+                                                                   "tokens, or tokens plus the attention term")
+    controllers: int = spec_field(1, ge=1, help="parallel step controllers (1: the driver itself)")
+    release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="what a role does with its memory "
+                                                                    "between full-colocate phases")
     seeds: int = spec_field(3, ge=1, help="seeded steps averaged per candidate")
 
     def __post_init__(self) -> None:
@@ -45,15 +50,16 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class Experiment:
-    name: str
-    cluster: ClusterSpec
-    actor: ModelSpec
-    workload: Workload
-    genrm: Optional[ModelSpec] = None
-    algo: AlgoSpec = AlgoSpec()
-    engine: EngineSpec = EngineSpec()
-    search: SearchSpec = SearchSpec()
-    checkpoint: CheckpointSpec = CheckpointSpec()
+    name: str = spec_field(help="experiment name (shown in tables and traces)")
+    cluster: ClusterSpec = spec_field(help="a path to a cluster .yaml (relative to this file) or inline")
+    actor: ModelSpec = spec_field(help="the policy: a catalog name, a path to a model .yaml or inline")
+    workload: Workload = spec_field(help="a path to a workload .yaml or inline")
+    genrm: Optional[ModelSpec] = spec_field(None, help="the generative reward model, named like actor "
+                                                       "(null: rule reward, algo.reward: rule)")
+    algo: AlgoSpec = spec_field(AlgoSpec(), help="RL algorithm settings")
+    engine: EngineSpec = spec_field(EngineSpec(), help="inference engine settings")
+    search: SearchSpec = spec_field(SearchSpec(), help="what the planner may choose from")
+    checkpoint: CheckpointSpec = spec_field(CheckpointSpec(), help="checkpoints and fault handling")
 
     def __post_init__(self) -> None:
         if self.algo.reward is RewardSource.GENRM and self.genrm is None:
@@ -80,10 +86,10 @@ class RolePlacement:
     slice of `devices`.
     """
 
-    role: Role
-    devices: tuple[int, ...]
-    tp: int = spec_field(1, ge=1)
-    pp: int = spec_field(1, ge=1)
+    role: Role = spec_field(help="the role this entry places")
+    devices: tuple[int, ...] = spec_field(help="device ids (0..GPUs-1), one TP group after another")
+    tp: int = spec_field(1, ge=1, help="tensor-parallel size")
+    pp: int = spec_field(1, ge=1, help="pipeline-parallel size (the executor runs 1)")
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -110,13 +116,14 @@ class RolePlacement:
 
 @dataclass(frozen=True)
 class Plan:
-    mode: Mode
-    placements: tuple[RolePlacement, ...]
-    experiment: Experiment
-    balance: BalancePolicy = BalancePolicy.KK
-    balance_cost: BalanceCost = BalanceCost.FLOPS
-    controllers: int = spec_field(1, ge=1)
-    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+    mode: Mode = spec_field(help="colocate: phases in sequence on all devices; partial: rollout and "
+                                 "GenRM on disjoint devices, streaming, then training on all")
+    placements: tuple[RolePlacement, ...] = spec_field(help="one entry per role")
+    experiment: Experiment = spec_field(help="the experiment this plan was made for, resolved and inline")
+    balance: BalancePolicy = spec_field(BalancePolicy.KK, help="as search.balance")
+    balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="as search.balance_cost")
+    controllers: int = spec_field(1, ge=1, help="as search.controllers")
+    release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="as search.release")
 
     def __post_init__(self) -> None:
         cluster = self.experiment.cluster

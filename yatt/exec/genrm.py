@@ -23,8 +23,8 @@ from .rollout import EngineConfig, EngineServer, GenRequest, GenResult
 # Response first, then the question, so the judging prompt *ends with the question*: the
 # GenRM's verdict (" <its sum> score: 0|1" for the demo) then starts at a fixed distance
 # from the question's digits, whatever the response's length, as in the actor's own task.
-# With the question first, that distance varied with the response and the tiny demo GenRM
-# learnt to copy the response instead of adding (README, learning demo).
+# With the question first, that distance varies with the response, and a tiny GenRM learns
+# to copy the response instead of adding (docs/rl-algorithm.md, the learning demo).
 TEMPLATE = "{response}\n{prompt}"
 _PAIR = re.compile(r"([A-Za-z_][A-Za-z_ ]{0,31}?)\s*[:=]\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)")
 _LEAD = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?)")
