@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Any, Sequence, Union
 
 from .plan import Experiment, Plan, RolePlacement, SearchSpec
+from .prediction import PhaseSeconds, Prediction, RoleMemory
 from .specs import (AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, GpuSpec, LengthDist,
                     ModelSpec, Workload)
 
@@ -51,6 +52,11 @@ CORE_SECTIONS: tuple[Section, ...] = (
     Section("`plan.yaml` (top level)", Plan,
             "`yatt plan` writes it; `yatt run PLAN` runs it as written."),
     Section("`plan.yaml` `placements[]`", RolePlacement),
+    Section("`plan.yaml` `predicted`", Prediction,
+            "Written by `yatt plan`; optional when a plan is written by hand. `load_plan` checks it "
+            "and writes it back unchanged; `yatt run` ignores it."),
+    Section("`plan.yaml` `predicted.phases[]`", PhaseSeconds),
+    Section("`plan.yaml` `predicted.memory[]`", RoleMemory),
 )
 
 INTRO = """\

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import InputError
+from .prediction import Prediction
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
 from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
@@ -124,6 +125,9 @@ class Plan:
     balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="as search.balance_cost")
     controllers: int = spec_field(1, ge=1, help="as search.controllers")
     release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="as search.release")
+    predicted: Optional[Prediction] = spec_field(None, omit_none=True,
+                                                 help="what `yatt plan` predicted for this plan "
+                                                      "(informational; the executor ignores it)")
 
     def __post_init__(self) -> None:
         cluster = self.experiment.cluster
@@ -169,6 +173,11 @@ class Plan:
             if a & b:
                 raise InputError("partial colocate needs disjoint rollout and genrm devices; "
                                  f"shared: {sorted(a & b)[:8]}", field="placements")
+        if self.predicted is not None:
+            for i, m in enumerate(self.predicted.memory):
+                if m.role not in roles:
+                    raise InputError(f"memory for role {m.role.value}, which has no placement",
+                                     field=f"predicted.memory[{i}].role")
 
     def placement(self, role: Role) -> RolePlacement:
         for p in self.placements:
