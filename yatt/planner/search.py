@@ -58,6 +58,9 @@ class Candidate:
         m = self.mean
         return math.sqrt(sum((t - m) ** 2 for t in self.step_times) / len(self.step_times))
 
+    def __repr__(self) -> str:  # the trace holds every span: keep the repr one line
+        return f"Candidate({self.plan.describe()!r}, {self.mean:.2f}±{self.spread:.2f} s/step)"
+
 
 @dataclass(frozen=True)
 class SplitReport:
@@ -89,6 +92,10 @@ class SearchResult:
             if c.plan.mode is mode:
                 return c
         return None
+
+    def __repr__(self) -> str:
+        return (f"SearchResult(best={self.best!r}, {len(self.ranked)} ranked, "
+                f"{self.simulations} simulations)")
 
 
 @dataclass
