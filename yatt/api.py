@@ -1,4 +1,13 @@
-"""`from yatt import Trainer`: the Python quick start, as a thin layer over plan + executor.
+"""`from yatt import Trainer, plan`: the Python quick start, as a thin layer over the planner
+and the executor.
+
+`yatt.plan(...)` is `yatt plan` for scripts: the same search, the same numbers, returned as
+a `PlanResult` (docs/plan.md):
+
+    import yatt
+    result = yatt.plan("configs/default.yaml", placement="partial R8(tp1) G40(tp4) T48(tp1)")
+    result.best.mean, result.ranking, result.gap(), result.emit("verl").text()
+
 
 Why: WeChat-YATT documents a three-line Python entry point; this mirrors it without a
 second code path. It builds an Experiment, lets the planner choose (or forces) the
@@ -13,7 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Optional, Union
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
 
 from yatt.core import catalog
 from yatt.core.bundled import DEMO_EXPERIMENT, bundled
@@ -25,6 +34,18 @@ from yatt.core.roles import AlgoName, Mode, RewardSource
 from yatt.core.schema import from_dict
 from yatt.core.specs import AlgoSpec, ClusterSpec, LengthDist, ModelSpec, Workload
 from yatt.core.roles import DistKind
+
+if TYPE_CHECKING:
+    from yatt.planner.advice import PlanResult
+
+
+def __getattr__(name: str):
+    if name == "PlanResult":  # loaded on first use: the planner imports the simulator
+        from yatt.planner.advice import PlanResult
+
+        return PlanResult
+    raise AttributeError(f"module 'yatt.api' has no attribute {name!r}")
+
 
 STRATEGIES = {"auto": None, "colocate": Mode.COLOCATE, "partial_colocate": Mode.PARTIAL}
 DATASETS = ("arith",)  # built-in prompt sets the executor can serve
@@ -106,3 +127,60 @@ class Trainer:
 
         plan = self.plan(batch_size, ppo_epochs)
         return run_plan(plan, steps=steps, out_dir=self.out_dir, seed=self.seed, progress=progress)
+
+
+def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[None, str, Plan] = None,
+         profile: Union[None, str, Path] = None, top: int = 5, seeds: Optional[int] = None,
+         gpus: Sequence[int] = (), steps: int = 1, price_per_gpu_hour: Optional[float] = None,
+         progress: Optional[Callable[[int, str], None]] = None) -> "PlanResult":
+    """Plan an experiment as `yatt plan` does and return a `PlanResult`.
+
+    experiment  an experiment or plan YAML path, an Experiment, or a Plan (a plan is scored
+                against the best, like `yatt plan PLAN.yaml`)
+    placement   a placement to score against the best: text such as
+                "partial R4(tp2) G44(tp4) T48(tp1)", or a Plan
+    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic)
+    gpus        cluster sizes for the scaling sweep (`PlanResult.scaling`)
+    steps, price_per_gpu_hour   how runs are priced in the summary and the ranking
+    progress    called as progress(simulations_done, what) while searching
+    """
+    from yatt.core.config import is_plan_file, load_plan
+    from yatt.planner.advice import plan_experiment, scaling, with_scaling
+    from yatt.planner.costs import Pricing
+    from yatt.planner.placement_text import parse_placement
+    from yatt.planner.profile_io import load_profile
+    from yatt.planner.profiled import cost_model_for, experiment_for
+    from yatt.planner.sizes import resize
+
+    pricing = Pricing(steps, price_per_gpu_hour)
+    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
+        raise InputError(f"got {top!r}; allowed: an integer >= 1", field="top")
+    given: Optional[Plan] = None
+    if isinstance(experiment, Plan):
+        given, exp = experiment, experiment.experiment
+    elif isinstance(experiment, Experiment):
+        exp = experiment
+    elif is_plan_file(experiment):
+        given = load_plan(experiment)
+        exp = given.experiment
+    else:
+        exp = load_experiment(experiment)
+    if given is not None and placement is not None:
+        raise InputError("a plan is already scored; pass placement= with an experiment only",
+                         field="placement")
+    prof = load_profile(profile) if profile is not None else None
+    exp = experiment_for(exp, prof)
+    if isinstance(placement, str):
+        given = parse_placement(placement, exp)
+    elif placement is not None:
+        given = placement
+    sizes = sorted(set(int(g) for g in gpus))
+    for g in sizes:
+        resize(exp, g)  # refuse a bad size before searching
+    label = f"profile {profile}" if profile is not None else "analytic defaults"
+    result = plan_experiment(exp, cost_model_for(exp, prof), cost_label=label, given=given,
+                             top=top, seeds=seeds, pricing=pricing, progress=progress)
+    if sizes:
+        rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, prof))
+        result = with_scaling(result, rows, problems)
+    return result

@@ -33,7 +33,7 @@ def test_plan_writes_files_and_plan_round_trips(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "wins by" in text and "Top placements" in text
     rows = (out / "scaling.csv").read_text().splitlines()
-    assert rows[0] == "gpus,mode,step_s,samples_per_s" and len(rows) >= 3
+    assert rows[0].startswith("gpus,mode,step_s,samples_per_s,samples_per_s_per_gpu") and len(rows) >= 3
 
 
 @pytest.mark.parametrize("args,needle", [

@@ -7,7 +7,10 @@ anything is written.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -20,10 +23,15 @@ from yatt.core.roles import Mode, Role
 from yatt.planner.breakdown import role_facts
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.explain import dp_text, peak_memory, why_winner
-from yatt.planner.search import SearchResult, search
-from yatt.planner.sizes import parse_gpu_sizes, resize
+from yatt.planner.advice import PlanResult
+from yatt.planner.emit import Framework
+from yatt.planner.ranking import write_csv
+from yatt.planner.search import SearchResult
+from yatt.planner.sizes import parse_gpu_sizes
 
 from .common import LazyProgress, config_or_bundled, profile_arg
+from .plan_emit import emit_all, parse_frameworks, write_emitted
+from .plan_report import cost_table, given_table, scaling_table
 
 
 def _gb(x: float) -> str:
@@ -119,46 +127,44 @@ def explanation(result: SearchResult) -> str:
     return "\n".join(lines)
 
 
-def _search(console: Console, exp: Experiment, cost, top: int, quiet: bool, label: str) -> SearchResult:
-    prog = LazyProgress(console, label, enabled=not quiet)
-    try:
-        return search(exp, cost, top=top, progress=prog)
-    finally:
-        prog.close()
-
-
-def write_outputs(out: Path, result: SearchResult) -> list[Path]:
+def write_outputs(out: Path, result: PlanResult) -> list[Path]:
+    """plan.yaml (the best plan with its `predicted:` section), the best's timeline,
+    ranking.csv, and given-plan.yaml when a placement was given."""
     from yatt.core.timeline import write_chrome_trace
     from yatt.sim.gantt import plot_gantt
 
     out.mkdir(parents=True, exist_ok=True)
     best = result.best
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
-    dump_yaml(best.plan, paths[0])
+    dump_yaml(result.best_plan(), paths[0])
     write_chrome_trace(best.trace, paths[1])
     plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
-    with open(paths[3], "w") as f:
-        f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
-        for i, c in enumerate(result.ranked, 1):
-            f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
-                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+    write_csv(result.rows(), paths[3])
+    given = result.given_plan()
+    if given is not None:
+        paths.append(out / "given-plan.yaml")
+        dump_yaml(given, paths[-1])
     return paths
 
 
-def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+def write_scaling(out: Path, result: PlanResult) -> list[Path]:
+    import csv as _csv
+
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
-    with open(csv, "w") as f:
-        f.write("gpus,mode,step_s,samples_per_s\n")
-        for g, mode, st, sps in rows:
-            f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
+    rows = [r.as_dict(result.pricing) for r in result.scaling]
+    with open(csv, "w", newline="") as f:
+        w = _csv.DictWriter(f, fieldnames=SCALING_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r[k] is None else r[k]) for k in SCALING_COLUMNS})
     fig, ax = plt.subplots(figsize=(7, 4))
-    for mode in sorted({r[1] for r in rows}):
-        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+    for mode in sorted({r["mode"] for r in rows}):
+        pts = [(r["gpus"], r["samples_per_s"]) for r in rows if r["mode"] == mode]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("GPUs")
@@ -172,46 +178,111 @@ def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[
     return [csv, png]
 
 
+SCALING_COLUMNS = ["gpus", "mode", "step_s", "samples_per_s", "samples_per_s_per_gpu",
+                   "gpu_hours_per_step", "gpu_hours_run", "dollars_run", "placement"]
+
+
+def _json_target(text: Optional[str], out: Path) -> Optional[Path]:
+    """--json: None (no flag), '-' (stdout) as Path('-'), or a file path."""
+    if text is None:
+        return None
+    if text == "":
+        return out / "summary.json"
+    p = Path(text)
+    if text != "-" and p.is_dir():
+        raise InputError("is a directory; allowed: a file path, or - for stdout", field="--json",
+                         file=text)
+    return p
+
+
 def run_plan_command(args: argparse.Namespace) -> int:
-    config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
-    exp = load_experiment(config)
-    if args.top < 1:
-        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    from yatt.core.config import is_plan_file, load_plan
+    from yatt.planner.advice import plan_experiment, scaling, with_scaling
+    from yatt.planner.costs import Pricing
+    from yatt.planner.placement_text import parse_placement
     from yatt.planner.profiled import cost_model_for, experiment_for
 
+    # ---- validate everything first: nothing is searched or written on bad input ---------
+    config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
+    if args.top < 1:
+        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    pricing = Pricing(args.steps if args.steps is not None else 1, args.price_per_gpu_hour)
+    frameworks = parse_frameworks(args.emit)
+    out = Path(args.out)
+    json_to = _json_target(args.json, out)
+    given = None
+    if is_plan_file(config):
+        if args.placement is not None:
+            raise InputError(f"{config} is a plan file; --placement applies to experiment configs",
+                             field="--placement")
+        given = load_plan(config)
+        exp = given.experiment
+    else:
+        exp = load_experiment(config)
     profile = profile_arg(args.profile)
     exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
+    if args.placement is not None:
+        given = parse_placement(args.placement, exp)
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = cost_model_for(exp, profile)
-    console = Console(width=max(Console().width, 140))
+    label = f"profile {args.profile}" if args.profile else "analytic defaults"
+
+    # ---- plan --------------------------------------------------------------------------
+    to_stdout = json_to is not None and str(json_to) == "-"
+    console = Console(width=max(Console().width, 140), stderr=to_stdout)
     console.print(_header(exp))
     if args.breakdown:
         print_breakdown(console, exp, cost)
+    prog = LazyProgress(console, "searching placements", enabled=not args.no_progress)
     try:
-        result = _search(console, exp, cost, args.top, args.no_progress, "searching placements")
+        result = plan_experiment(exp, cost, cost_label=label, given=given, top=args.top,
+                                 pricing=pricing, progress=prog)
     except InputError as e:
         raise e.within(file=str(config)) from None
-    console.print(ranked_table(result, args.top))
-    console.print(explanation(result))
-    out = Path(args.out)
+    finally:
+        prog.close()
+    console.print(ranked_table(result.search, args.top))
+    console.print(explanation(result.search))
+    if result.given is not None:
+        console.print(given_table(result))
+        console.print(result.gap())
+    console.print(cost_table(result))
+    if sizes:
+        progs: list[LazyProgress] = []
+
+        def progress_for(g: int) -> LazyProgress:
+            progs.append(LazyProgress(console, f"{g} GPUs", enabled=not args.no_progress))
+            return progs[-1]
+
+        rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, profile), progress_for,
+                                 done=lambda: progs[-1].close())
+        for p in problems:
+            console.print(f"[yellow]{p}[/]")
+        result = with_scaling(result, rows, problems)
+        console.print(scaling_table(result))
+    emitted = emit_all(console, result, frameworks, not args.no_progress)
+
+    # ---- write -------------------------------------------------------------------------
     paths = write_outputs(out, result)
     if sizes:
-        rows = []
-        for g in sizes:
-            sub = resize(exp, g)
-            try:
-                r = _search(console, sub, cost_model_for(sub, profile), 1,
-                            args.no_progress, f"{g} GPUs")
-            except InputError as e:
-                console.print(f"[yellow]{g} GPUs: {e.message}[/]")
-                continue
-            for mode in (Mode.COLOCATE, Mode.PARTIAL):
-                c = r.best_of(mode)
-                if c is not None:
-                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
-        paths += write_scaling(out, rows)
+        paths += write_scaling(out, result)
+    paths += write_emitted(out, emitted)
+    if json_to is not None:
+        summary = result.summary()
+        summary["emit"] = [e.as_dict() for e in emitted]
+        text = json.dumps(summary, indent=1, allow_nan=False, default=_json_default) + "\n"
+        if to_stdout:
+            sys.stdout.write(text)
+        else:
+            json_to.parent.mkdir(parents=True, exist_ok=True)
+            json_to.write_text(text)
+            paths.append(json_to)
     console.print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _json_default(x: object) -> object:
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -219,11 +290,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Search placements (mode, GPU split, TP/DP) for an experiment, "
                                    "simulate them, and write plan.yaml plus a timeline.")
     p.add_argument("config", nargs="?", default=None,
-                   help=f"experiment YAML (default: the bundled {DEFAULT_EXPERIMENT})")
+                   help=f"experiment YAML, or a plan.yaml to score against the best "
+                        f"(default: the bundled {DEFAULT_EXPERIMENT})")
     p.add_argument("--out", default="out/plan", help="output directory (default: out/plan)")
     p.add_argument("--top", type=int, default=5, help="rows in the ranked table (default: 5)")
     p.add_argument("--gpus", default=None, help="comma-separated cluster sizes for a scaling curve")
     p.add_argument("--profile", default=None, help="profile.yaml from `yatt profile`/`yatt calibrate`")
     p.add_argument("--breakdown", action="store_true", help="also print per-role memory and unit costs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--placement", default=None, metavar="TEXT",
+                   help="also score this placement against the best, e.g. "
+                        "\"partial R4(tp2) G44(tp4) T48(tp1)\" (docs/plan.md)")
+    p.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
+                   help="write a JSON summary (default OUT/summary.json; - for stdout)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="price a run of N steps (GPU-hours, wall hours; default 1)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="X",
+                   help="dollars per GPU-hour: adds dollars to the cost table")
+    p.add_argument("--emit", default=None, metavar="FRAMEWORK",
+                   help="translate the best placement into settings for "
+                        f"{'|'.join(f.value for f in Framework)} (comma-separated for several)")
     p.set_defaults(func=run_plan_command)
