@@ -1,6 +1,8 @@
 """`yatt plan` end to end: files written on success, exit 2 and nothing written on bad input."""
 from __future__ import annotations
 
+import csv
+import json
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,62 @@ def test_plan_writes_files_and_plan_round_trips(tmp_path, capsys):
     assert rows[0].startswith("gpus,mode,step_s,samples_per_s,samples_per_s_per_gpu") and len(rows) >= 3
 
 
+def test_plan_file_and_placement_are_scored_against_the_best(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress", "--top", "2"]) == 0
+    capsys.readouterr()
+    # the written plan, scored: it is the best, so the gap is nil
+    again = tmp_path / "again"
+    assert main(["plan", str(out / "plan.yaml"), "--out", str(again), "--no-progress",
+                 "--json"]) == 0
+    text = capsys.readouterr().out
+    assert "Your placement against the best found" in text and "is the best one" in text
+    s = json.loads((again / "summary.json").read_text())
+    assert s["given"]["gap_s"] == pytest.approx(0.0, abs=1e-6)
+    assert load_plan(again / "given-plan.yaml").predicted is not None
+    # a hand-written placement, with the JSON on stdout and the tables on stderr
+    hand = tmp_path / "hand"
+    assert main(["plan", str(cfg), "--out", str(hand), "--no-progress", "--placement",
+                 "colocate R8(tp2) G8(tp2) T8(tp2)", "--json", "-"]) == 0
+    cap = capsys.readouterr()
+    s = json.loads(cap.out)
+    assert s["given"]["placement"] == "colocate R8(tp2) G8(tp2) T8(tp2)"
+    assert s["given"]["gap_s"] >= 0 and "Your placement" in cap.err
+    rows = list(csv.DictReader(open(hand / "ranking.csv")))
+    assert rows[-1]["source"] == "given" and rows[-1]["rollout_tp"] == "2"
+    assert rows[0]["rank"] == "1" and rows[0]["trainer_devices"] == "8"
+
+
+def test_cost_table_and_emitted_scripts(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress", "--top", "1", "--steps", "100",
+                 "--price-per-gpu-hour", "2", "--emit", "verl,openrlhf,nemo-rl"]) == 0
+    text = capsys.readouterr().out
+    assert "Cost of a run (100 steps, $2 per GPU-hour" in text and "$/run" in text
+    assert "--emit: the best placement in each framework's terms" in text
+    for fw in ("verl", "openrlhf", "nemo-rl"):
+        script = (out / f"emit-{fw}.sh").read_text()
+        assert script.startswith("#!/usr/bin/env bash\n# yatt --emit " + fw)
+        assert "option names checked against" in script
+    # one node: NeMo-RL puts a GenRM on dedicated whole nodes, which leaves none for the policy
+    assert "nothing to emit" in (out / "emit-nemo-rl.sh").read_text()
+    assert "python3 -m verl.trainer.main_ppo" in (out / "emit-verl.sh").read_text()
+    plan = load_plan(out / "plan.yaml")
+    assert plan.predicted.step_s > 0 and plan.predicted.gpu_hours_per_step > 0
+
+
 @pytest.mark.parametrize("args,needle", [
+    (["plan", "{cfg}", "--steps", "0"], "--steps"),
+    (["plan", "{cfg}", "--price-per-gpu-hour", "-1"], "--price-per-gpu-hour"),
+    (["plan", "{cfg}", "--price-per-gpu-hour", "nan"], "--price-per-gpu-hour"),
+    (["plan", "{cfg}", "--emit", "trl"], "--emit: got 'trl'; allowed: verl|openrlhf|nemo-rl"),
+    (["plan", "{cfg}", "--emit", "verl,verl"], "verl is given twice"),
+    (["plan", "{cfg}", "--json", "{dir}"], "--json"),
+    (["plan", "{cfg}", "--placement", "colocate R8(tp1) G8(tp1)"], "no trainer token"),
     (["plan", "{cfg}", "--top", "0"], "--top"),
     (["plan", "{cfg}", "--gpus", "3"], "--gpus"),
     (["plan", "{cfg}", "--gpus", "x"], "--gpus"),
@@ -47,10 +104,22 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(tmp_path, capsys, ar
     cfg = tmp_path / "small.yaml"
     cfg.write_text(SMALL)
     out = tmp_path / "out"
-    argv = [a.format(cfg=cfg, missing=tmp_path / "nope.yaml") for a in args] + ["--out", str(out)]
+    argv = [a.format(cfg=cfg, missing=tmp_path / "nope.yaml", dir=tmp_path) for a in args] + ["--out", str(out)]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and needle in err, err
+    assert not out.exists()
+
+
+def test_placement_with_a_plan_file_is_refused(tmp_path, capsys):
+    bad = Path(__file__).resolve().parents[1] / "data" / "bad" / "plan" / "unknown-top-key.yaml"
+    good = tmp_path / "plan.yaml"
+    good.write_text(bad.read_text().replace("steps: 3\n", ""))
+    out = tmp_path / "out"
+    assert main(["plan", str(good), "--placement", "partial R8(tp2) G8(tp2) T16(tp2)",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "--placement" in err and "plan file" in err and err.count("\n") == 1
     assert not out.exists()
 
 

@@ -446,7 +446,7 @@ def emission_text(fw: Framework, chosen: Plan, reasons: Sequence[str], target: O
     """The emitted file: a header that says what is expressed and how fast yatt predicts it,
     then the settings. Without the times (None) the text depends on the plans alone."""
     c = chosen.cluster
-    head = [f"# yatt --emit {fw.value}: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
+    head = ["#!/usr/bin/env bash", f"# yatt --emit {fw.value}: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
             f"{c.gpus_per_node}), experiment {chosen.experiment.name}",
             f"# option names checked against {OPTIONS_FOR[fw]}",
             f"# yatt's placement: {placement_text(chosen)}"
@@ -457,14 +457,15 @@ def emission_text(fw: Framework, chosen: Plan, reasons: Sequence[str], target: O
         head.append(f"# {fw.value} cannot express it:")
         head += [f"#  - {r}" for r in reasons]
         if target is None:
-            head.append(f"# and no {fw.value} layout of these roles fits this cluster; nothing to emit.")
+            head += [f"# and no {fw.value} layout of these roles fits this cluster; nothing to emit.",
+                     "exit 1"]
             return "\n".join(head) + "\n"
         head.append(f"# nearest expressible: {label}: {layout_text(target)}"
                     + (f" (predicted {target_s:.1f} s/step, "
                        f"{(target_s - chosen_s) / chosen_s * 100:+.1f}%)"
                        if target_s is not None and chosen_s else ""))
     assert target is not None
-    return "\n".join(["#!/usr/bin/env bash"] + head) + "\n" + render(fw, target)
+    return "\n".join(head) + "\n" + render(fw, target)
 
 
 def static_target(fw: Framework, plan: Plan) -> tuple[tuple[str, ...], Optional[Plan], str]:
