@@ -30,10 +30,12 @@ def test_replay_shipped_trace_answers_what_if(tmp_path, capsys):
                  "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "Recorded vs predicted" in text and "What if" in text and "best partial" in text
+    assert "samples/s/GPU" in text
     for name in ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png"):
         assert (out / name).stat().st_size > 0, name
     csv = (out / "scaling.csv").read_text().splitlines()
     assert csv[0].startswith("scenario,gpus") and len(csv) == 1 + 2 + 4
+    assert csv[0].endswith(",samples_per_s_per_gpu") and all(len(r) == 9 for r in __import__("csv").reader(csv))
     assert json.loads((out / "replay_timeline.json").read_text())["traceEvents"]
 
 
