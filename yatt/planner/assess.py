@@ -94,8 +94,9 @@ def with_prediction(cand: Candidate, cost_label: str) -> Plan:
 
 
 # What the gap explanation compares, per step: (label, phases).
+GENERATION = "generation (rollout + GenRM)"
 _PARTS: tuple[tuple[str, tuple[Phase, ...]], ...] = (
-    ("generation (rollout + GenRM)", (Phase.ROLLOUT, Phase.GENRM)),
+    (GENERATION, (Phase.ROLLOUT, Phase.GENRM)),
     ("model switching", (Phase.OFFLOAD, Phase.RELOAD)),
     ("reference log-probs", (Phase.REF_LOGPROB,)),
     ("training", (Phase.TRAIN,)),
@@ -103,17 +104,19 @@ _PARTS: tuple[tuple[str, tuple[Phase, ...]], ...] = (
 )
 
 
-def _parts(trace: Trace) -> dict[str, float]:
-    ivs: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+def union_seconds(trace: Trace, phases: tuple[Phase, ...]) -> float:
+    """Seconds per step during which any of `phases` runs on some device."""
+    ivs: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for s in trace.spans:
-        for label, phases in _PARTS:
-            if s.phase in phases:
-                ivs[(s.step, label)].append((s.start_s, s.end_s))
+        if s.phase in phases:
+            ivs[s.step].append((s.start_s, s.end_s))
     steps = max(1, len({s.step for s in trace.spans}))
-    out: dict[str, float] = defaultdict(float)
-    for (_, label), v in ivs.items():
-        out[label] += _union(v) / steps
-    return out
+    return sum(_union(v) for v in ivs.values()) / steps
+
+
+def step_parts(trace: Trace) -> dict[str, float]:
+    """Seconds per step of each part of `_PARTS`."""
+    return {label: union_seconds(trace, phases) for label, phases in _PARTS}
 
 
 def same_placement(a: Plan, b: Plan) -> bool:
@@ -133,7 +136,7 @@ def gap_text(given: Candidate, best: Candidate) -> str:
         return (f"your placement {g_label} ({given.mean:.1f} s/step) is {-rel:.1f}% faster than "
                 f"the best the search found ({b_label}, {best.mean:.1f} s): the search samples "
                 "the split and TPs, and missed this one; prefer yours.")
-    pg, pb = _parts(given.trace), _parts(best.trace)
+    pg, pb = step_parts(given.trace), step_parts(best.trace)
     deltas = sorted(((pg.get(k, 0.0) - pb.get(k, 0.0), k) for k, _ in _PARTS), reverse=True)
     bits = [f"{k} {pg.get(k, 0.0):.1f} s vs {pb.get(k, 0.0):.1f} s" for d, k in deltas
             if d > max(0.05, 0.02 * gap)][:3]
