@@ -25,6 +25,8 @@ CASES = [  # (bundled config, placement)
     ("default.yaml", "colocate R48(tp1) G48(tp4) T48(tp1)"),
     ("demo-cpu.yaml", "partial R1(tp1) G1(tp1) T2(tp1)"),
     ("demo-cpu.yaml", "colocate R2(tp1) G2(tp1) T2(tp1)"),
+    ("published/verl-dapo-7b-h20x32.yaml", "colocate R32(tp2) T32(tp1)"),      # rule reward
+    ("published/nemo-aligner-70b-ppo-h100x96.yaml", "colocate R96(tp8) G96(tp8) T96(tp8,pp2)"),
 ]
 
 

@@ -259,6 +259,10 @@ def _models(plan: Plan) -> list[str]:
     return lines
 
 
+def _n(k: int, noun: str) -> str:
+    return f"{k} {noun}" + ("" if k == 1 else "s")
+
+
 def _cmd(head: str, args: Sequence[str]) -> list[str]:
     return [head + " \\"] + [f"  {a} \\" for a in args[:-1]] + [f"  {args[-1]}"]
 
@@ -269,7 +273,7 @@ def _render_verl(plan: Plan) -> list[str]:
     ro, t = plan.placement(Role.ROLLOUT), _trainer(plan)
     hybrid = len(t.devices)
     nodes, gpn = _pool(hybrid, per, math.lcm(ro.tp, t.tp * t.pp)) or (0, 0)
-    a = ["algorithm.adv_estimator=grpo",
+    a = [f"algorithm.adv_estimator={'grpo' if w.samples_per_prompt > 1 else 'reinforce_plus_plus'}",
          f"data.train_batch_size={w.prompts_per_step}",
          f"data.max_prompt_length={w.prompt_len.upper()}",
          f"data.max_response_length={w.response_len.upper()}",
@@ -323,7 +327,7 @@ def _render_openrlhf(plan: Plan) -> list[str]:
           f"--vllm_gpu_memory_utilization {exp.engine.gpu_memory_utilization:g}",
           "--colocate_all_models --vllm_enable_sleep --deepspeed_enable_sleep",
           f"--ds_tensor_parallel_size {t.tp}",
-          "--advantage_estimator group_norm",
+          f"--advantage_estimator {'group_norm' if w.samples_per_prompt > 1 else 'reinforce'}",
           f"--rollout_batch_size {w.prompts_per_step} --n_samples_per_prompt {w.samples_per_prompt}",
           f"--train_batch_size {_mini_batch(exp) * w.samples_per_prompt}",
           f"--max_epochs {exp.algo.ppo_epochs}",
@@ -336,7 +340,7 @@ def _render_openrlhf(plan: Plan) -> list[str]:
         pre += ["REWARD_FN=\"path/to/reward_func.py\"    # posts each sample to the GenRM servers, "
                 "returns its verdict",
                 f"# The GenRM runs outside OpenRLHF on the other {len(g.devices)} GPUs: "
-                f"{len(g.devices) // g.tp} servers of",
+                f"{_n(len(g.devices) // g.tp, 'server')} of",
                 f"#   vllm serve \"$GENRM_MODEL\" --tensor-parallel-size {g.tp} "
                 f"--gpu-memory-utilization {exp.engine.gpu_memory_utilization:g}",
                 "# behind one router that REWARD_FN calls."]
@@ -376,7 +380,7 @@ def _render_nemo_rl(plan: Plan) -> list[str]:
                 "\"$NEMO_GYM_GRPO_CONFIG\"")
         pre += ["NEMO_GYM_GRPO_CONFIG=\"path/to/grpo_genrm_config.yaml\"    # a NeMo-Gym GRPO "
                 "config with a genrm_model server",
-                f"# The GenRM's {len(g.devices) // per} node(s) come on top of cluster.num_nodes; "
+                f"# The GenRM's {_n(len(g.devices) // per, 'node')} come on top of cluster.num_nodes; "
                 f"set its vLLM tensor parallel size to {g.tp} in that server's config."]
     return pre + _cmd(head, a)
 

@@ -8,7 +8,7 @@
 ACTOR_MODEL="path/to/Qwen2.5-1.5B"    # HF checkpoint of the actor
 GENRM_MODEL="path/to/Qwen2.5-Math-72B"    # HF checkpoint of the GenRM
 NEMO_GYM_GRPO_CONFIG="path/to/grpo_genrm_config.yaml"    # a NeMo-Gym GRPO config with a genrm_model server
-# The GenRM's 1 node(s) come on top of cluster.num_nodes; set its vLLM tensor parallel size to 4 in that server's config.
+# The GenRM's 1 node come on top of cluster.num_nodes; set its vLLM tensor parallel size to 4 in that server's config.
 uv run examples/nemo_gym/run_grpo_nemo_gym.py --config "$NEMO_GYM_GRPO_CONFIG" \
   cluster.num_nodes=5 cluster.gpus_per_node=8 \
   policy.model_name="$ACTOR_MODEL" \

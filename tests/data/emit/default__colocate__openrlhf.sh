@@ -8,7 +8,7 @@
 ACTOR_MODEL="path/to/Qwen2.5-1.5B"    # HF checkpoint of the actor
 GENRM_MODEL="path/to/Qwen2.5-Math-72B"    # HF checkpoint of the GenRM
 REWARD_FN="path/to/reward_func.py"    # posts each sample to the GenRM servers, returns its verdict
-# The GenRM runs outside OpenRLHF on the other 4 GPUs: 1 servers of
+# The GenRM runs outside OpenRLHF on the other 4 GPUs: 1 server of
 #   vllm serve "$GENRM_MODEL" --tensor-parallel-size 4 --gpu-memory-utilization 0.85
 # behind one router that REWARD_FN calls.
 ray job submit --address="http://127.0.0.1:8265" -- python3 -m openrlhf.cli.train_ppo_ray \
