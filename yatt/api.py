@@ -20,6 +20,7 @@ placement, and hands the Plan to the same `run_plan` that `yatt run` uses.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Union
@@ -129,6 +130,16 @@ class Trainer:
         return run_plan(plan, steps=steps, out_dir=self.out_dir, seed=self.seed, progress=progress)
 
 
+@contextlib.contextmanager
+def _argument_names():
+    """Errors of the shared validation name command-line flags; here, the keyword arguments."""
+    try:
+        yield
+    except InputError as e:
+        name = e.field.removeprefix("--").replace("-", "_") if e.field.startswith("--") else e.field
+        raise InputError(e.message, field=name, file=e.file) from None
+
+
 def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[None, str, Plan] = None,
          profile: Union[None, str, Path] = None, top: int = 5, seeds: Optional[int] = None,
          gpus: Sequence[int] = (), steps: int = 1, price_per_gpu_hour: Optional[float] = None,
@@ -152,7 +163,8 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
     from yatt.planner.profiled import cost_model_for, experiment_for
     from yatt.planner.sizes import resize
 
-    pricing = Pricing(steps, price_per_gpu_hour)
+    with _argument_names():
+        pricing = Pricing(steps, price_per_gpu_hour)
     if isinstance(top, bool) or not isinstance(top, int) or top < 1:
         raise InputError(f"got {top!r}; allowed: an integer >= 1", field="top")
     given: Optional[Plan] = None
@@ -170,13 +182,14 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
                          field="placement")
     prof = load_profile(profile) if profile is not None else None
     exp = experiment_for(exp, prof)
-    if isinstance(placement, str):
-        given = parse_placement(placement, exp)
-    elif placement is not None:
-        given = placement
-    sizes = sorted(set(int(g) for g in gpus))
-    for g in sizes:
-        resize(exp, g)  # refuse a bad size before searching
+    with _argument_names():
+        if isinstance(placement, str):
+            given = parse_placement(placement, exp)
+        elif placement is not None:
+            given = placement
+        sizes = sorted(set(int(g) for g in gpus))
+        for g in sizes:
+            resize(exp, g)  # refuse a bad size before searching
     label = f"profile {profile}" if profile is not None else "analytic defaults"
     result = plan_experiment(exp, cost_model_for(exp, prof), cost_label=label, given=given,
                              top=top, seeds=seeds, pricing=pricing, progress=progress)
