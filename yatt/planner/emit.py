@@ -488,8 +488,9 @@ def static_target(fw: Framework, plan: Plan) -> tuple[tuple[str, ...], Optional[
 
 def _exact_label(fw: Framework, plan: Plan) -> str:
     if fw is Framework.VERL:
+        roles = "actor, rollout, reference" if plan.has(Role.REFERENCE) else "actor and rollout"
         return ("hybrid engine with a colocate-mode GenRM" if _has_genrm(plan)
-                else "hybrid engine (actor, rollout, reference on every GPU)")
+                else f"hybrid engine ({roles} on every GPU)")
     if fw is Framework.OPENRLHF:
         return "hybrid engine (--colocate_all_models)"
     return "colocated generation (policy.generation.colocated.enabled=true)"

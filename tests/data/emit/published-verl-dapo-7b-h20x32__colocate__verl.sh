@@ -2,7 +2,7 @@
 # yatt --emit verl: 32 x H20 (4 nodes x 8), experiment verl-dapo-qwen2.5-math-7b-32xh20
 # option names checked against verl main as of 2026 (the reward.* config layout of PR #5255, after the 0.7 release): verl/trainer/config/{rollout/rollout.yaml, engine/megatron.yaml, reward/reward.yaml}, docs/advance/reward_loop.rst (2026-02-10)
 # yatt's placement: colocate R32(tp2) T32(tp1)
-# verl expresses it as is: hybrid engine (actor, rollout, reference on every GPU).
+# verl expresses it as is: hybrid engine (actor and rollout on every GPU).
 ACTOR_MODEL="path/to/Qwen2.5-7B"    # HF checkpoint of the actor
 python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer \
   algorithm.adv_estimator=grpo \
