@@ -78,6 +78,8 @@ def test_nearest_layouts_respect_each_framework(default):
     assert all(r % 8 == 0 for r in nemo.splits)  # GenRM and policy on whole nodes
     verl = families(Framework.VERL, partial)
     assert [f.splits == (0,) for f in verl] == [False, True]  # a split family, then colocate
+    best_colocate = parse_placement("colocate R48(tp1) G48(tp8) T48(tp2)", default)
+    assert families(Framework.VERL, partial, best_colocate)[1].build(0) is best_colocate
     plan = verl[0].build(4)
     assert plan.placement(Role.TRAINER).devices == plan.placement(Role.ROLLOUT).devices == tuple(range(4))
     assert plan.placement(Role.GENRM).devices == tuple(range(4, 48))
