@@ -72,6 +72,7 @@ class PublishedRow:
     source: str = spec_field(help="where it is published (file and commit, or address)")
     confidence: Confidence = spec_field(help="H, M or L")
     assumptions: tuple[str, ...] = spec_field(help="setup details the source does not state")
+    given: tuple[str, ...] = spec_field((), help="setup details the source states")
     phases: PublishedPhases = spec_field(PublishedPhases(), help="published per-phase seconds")
     series: str = spec_field("", help="rows of one scaling series share this name")
 
@@ -252,6 +253,7 @@ def render(results: list[RowResult], registry: Registry, seeds: int = SEEDS) -> 
                 f"- source: {r.row.source}",
                 f"- published: {r.row.measure}; confidence {r.row.confidence.value}",
                 f"- experiment: `configs/published/{r.row.config}`; placement {_layout(r.plan)}"]
+        out += [f"- given: {g}" for g in r.row.given]
         out += [f"- assumed: {a}" for a in r.row.assumptions]
         out.append("")
     out += ["## Left out, and why", ""]
