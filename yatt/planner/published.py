@@ -10,7 +10,6 @@ so the document is regenerated, never edited, and a test keeps it current.
 """
 from __future__ import annotations
 
-import math
 import statistics
 import sys
 from dataclasses import dataclass
