@@ -66,8 +66,12 @@ class SplitReport:
     splits: int          # legal splits for this TP pair
     evaluated: int       # splits simulated
     unimodal: bool       # the coarse grid looked unimodal
-    method: str          # "exhaustive" | "ternary" | "scan"
+    method: str          # "exhaustive" | "ternary" | "scan" | "local"
     best_rollout_devices: int
+
+    def __post_init__(self) -> None:
+        # "best" is a simulated split: at least one, and no more than there are
+        assert 1 <= self.evaluated <= self.splits, self
 
 
 @dataclass(frozen=True)
