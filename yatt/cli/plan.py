@@ -79,23 +79,31 @@ def _header(exp: Experiment) -> str:
 
 
 def ranked_table(result: SearchResult, top: int) -> Table:
-    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
-              title_justify="left")
+    n_seeds = len(result.best.step_times)
+    t = Table(title=f"Top placements (simulated step time, mean±std over {n_seeds} seeds)",
+              title_justify="left", caption_justify="left")
     for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
                 "util%", "bubble%", "peak/cap GB"):
         t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
     rows = list(enumerate(result.ranked, 1))[:top]
+    extra = []
     for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
         if not any(c.plan.mode is mode for _, c in rows):
-            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
-    for i, c in rows:
-        st = c.stats
+            extra += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    marked = {i for i, _ in extra}
+    for i, c in rows + extra:
         peak, cap = peak_memory(c.plan)
-        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
-                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
-                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
-                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
-                  f"{_gb(peak)}/{_gb(cap)}")
+        mark = "*" if i in marked else ""
+        t.add_row(f"{i}{mark}", c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT),
+                  dp_text(c.plan, Role.GENRM), dp_text(c.plan, Role.TRAINER),
+                  f"{c.mean:.1f}±{c.spread:.1f}", f"{c.samples_per_s:.2f}", f"{c.tokens_per_s:,.0f}",
+                  f"{(1 - c.bubble) * 100:.0f}", f"{c.bubble * 100:.0f}", f"{_gb(peak)}/{_gb(cap)}")
+    notes = [f"samples/s, tokens/s: trained samples and tokens of the same {n_seeds} seeds "
+             "over their total step time; util%, bubble%: mean over those seeds."]
+    for i, c in extra:
+        notes.append(f"*{i}: the best {c.plan.mode.value} placement, outside --top {top}, "
+                     "shown for the mode comparison.")
+    t.caption = "\n".join(notes)
     return t
 
 
@@ -105,8 +113,7 @@ def explanation(result: SearchResult) -> str:
     other = result.best_of(other_mode)
     lines = []
     if other is not None:
-        lines.append(why_winner(best, other, best.trace, other.trace,
-                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+        lines.append(why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble))
     for r in result.split_reports:
         how = {"local": "hill-climb from the previous optimum",
                "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
@@ -141,7 +148,7 @@ def write_outputs(out: Path, result: SearchResult) -> list[Path]:
         f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
         for i, c in enumerate(result.ranked, 1):
             f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
-                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+                    f"{c.samples_per_s:.4f},{c.tokens_per_s:.1f},{c.bubble:.4f}\n")
     return paths
 
 
@@ -208,7 +215,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
             for mode in (Mode.COLOCATE, Mode.PARTIAL):
                 c = r.best_of(mode)
                 if c is not None:
-                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
+                    rows.append((g, mode.value, c.mean, c.samples_per_s))
         paths += write_scaling(out, rows)
     console.print("wrote " + ", ".join(str(p) for p in paths))
     return 0
