@@ -64,8 +64,6 @@ def test_unplaceable_config_exits_2(tmp_path, capsys):
     assert not out.exists()
 
 
-
-
 def _table_rows(text: str) -> list[list[str]]:
     rows = [ln for ln in text.splitlines() if ln.startswith("│")]
     return [[c.strip() for c in ln.strip("│").split("│")] for ln in rows]
@@ -107,3 +105,15 @@ def test_throughput_columns_follow_the_step_time_ranking(tmp_path, capsys):
     assert all(a >= b for a, b in zip(sps, sps[1:])) and all(a >= b for a, b in zip(tps, tps[1:]))
     table = _table_rows(text)
     assert [float(r[6]) for r in table] == [round(x, 2) for x in sps[:len(table)]]
+
+
+def test_plan_says_which_cost_model(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    assert main(["plan", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert "cost model: analytic defaults" in capsys.readouterr().out
+    root = Path(__file__).resolve().parents[2]
+    prof = root / "configs" / "profiles" / "cpu-local.yaml"
+    assert main(["plan", str(root / "configs" / "demo-cpu.yaml"), "--profile", str(prof),
+                 "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert f"cost model: profile {prof} (measured tables)" in capsys.readouterr().out

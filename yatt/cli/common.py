@@ -54,6 +54,14 @@ def profile_arg(path: Optional[str]):
     return load_profile(path)
 
 
+def cost_model_line(path: Optional[str], profile: Any) -> str:
+    """Which cost model a verb uses, in one line."""
+    if not path:
+        return "cost model: analytic defaults"
+    kind = "measured tables" if getattr(profile, "tables", None) is not None else "efficiencies"
+    return f"cost model: profile {path} ({kind})"
+
+
 def efficiency_arg(path: Optional[str]):
     """The efficiencies of the profile named by a flag, else the defaults."""
     from yatt.planner.costmodel import Efficiency

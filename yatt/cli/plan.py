@@ -23,7 +23,7 @@ from yatt.planner.explain import dp_text, peak_memory, why_winner
 from yatt.planner.search import SearchResult, search
 from yatt.planner.sizes import parse_gpu_sizes, resize
 
-from .common import LazyProgress, config_or_bundled, profile_arg
+from .common import LazyProgress, config_or_bundled, cost_model_line, profile_arg
 
 
 def _gb(x: float) -> str:
@@ -192,6 +192,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     cost = cost_model_for(exp, profile)
     console = Console(width=max(Console().width, 140))
     console.print(_header(exp))
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if args.breakdown:
         print_breakdown(console, exp, cost)
     try:
