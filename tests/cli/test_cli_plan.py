@@ -107,6 +107,26 @@ def test_throughput_columns_follow_the_step_time_ranking(tmp_path, capsys):
     assert [float(r[6]) for r in table] == [round(x, 2) for x in sps[:len(table)]]
 
 
+def test_timeline_title_names_the_drawn_seed(tmp_path, monkeypatch, capsys):
+    import json
+
+    import yatt.sim.gantt as gantt
+
+    titles = []
+    real = gantt.plot_gantt
+    monkeypatch.setattr(gantt, "plot_gantt", lambda tr, path, title="": titles.append(title) or real(tr, path, title))
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    ev = [e for e in json.loads((out / "timeline.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    drawn = (max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)) / 1e6
+    mean = float((out / "ranking.csv").read_text().splitlines()[1].split(",")[3])
+    (title,) = titles
+    assert f"seed 0 drawn, {drawn:.1f} s/step" in title, (title, drawn)
+    assert f"mean over 2 seeds {mean:.1f} s" in title, title
+
+
 def test_plan_says_which_cost_model(tmp_path, capsys):
     cfg = tmp_path / "small.yaml"
     cfg.write_text(SMALL)
