@@ -127,6 +127,19 @@ def test_timeline_title_names_the_drawn_seed(tmp_path, monkeypatch, capsys):
     assert f"mean over 2 seeds {mean:.1f} s" in title, title
 
 
+def test_scaling_ticks_are_plain_gpu_counts():
+    import matplotlib.pyplot as plt
+
+    from yatt.cli.plan import scaling_figure
+
+    fig = scaling_figure([(g, m, 1.0, g / 8) for g in (16, 32, 64) for m in ("colocate", "partial")])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
+    assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
+
+
 def test_plan_says_which_cost_model(tmp_path, capsys):
     cfg = tmp_path / "small.yaml"
     cfg.write_text(SMALL)

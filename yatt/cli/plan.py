@@ -155,10 +155,31 @@ def write_outputs(out: Path, result: SearchResult) -> list[Path]:
     return paths
 
 
-def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+def scaling_figure(rows: list[tuple[int, str, float, float]]):
+    """samples/s against cluster size per mode, ticks at the plain GPU counts."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in sorted({r[1] for r in rows}):
+        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    sizes = sorted({r[0] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(g) for g in sizes])  # plain GPU counts, not powers of two
+    ax.minorticks_off()
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("samples / s (simulated)")
+    ax.set_title("Throughput vs cluster size, best placement per mode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
@@ -166,17 +187,7 @@ def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[
         f.write("gpus,mode,step_s,samples_per_s\n")
         for g, mode, st, sps in rows:
             f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode in sorted({r[1] for r in rows}):
-        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("samples / s (simulated)")
-    ax.set_title("Throughput vs cluster size, best placement per mode")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    fig = scaling_figure(rows)
     fig.savefig(png, dpi=120)
     plt.close(fig)
     return [csv, png]
