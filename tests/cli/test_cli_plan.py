@@ -114,7 +114,8 @@ def test_timeline_title_names_the_drawn_seed(tmp_path, monkeypatch, capsys):
 
     titles = []
     real = gantt.plot_gantt
-    monkeypatch.setattr(gantt, "plot_gantt", lambda tr, path, title="": titles.append(title) or real(tr, path, title))
+    monkeypatch.setattr(gantt, "plot_gantt",
+                        lambda tr, path, title="": titles.append(title) or real(tr, path, title))
     cfg = tmp_path / "small.yaml"
     cfg.write_text(SMALL)
     out = tmp_path / "out"

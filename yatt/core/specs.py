@@ -139,7 +139,8 @@ class LengthDist:
     """A token-length distribution, with optional heavy tail and hard cap.
 
     const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma` (required:
-    no default shape), clipped to [min, max]. empirical: `values` sampled with `weights` (a histogram from a real run).
+    no default shape), clipped to [min, max]. empirical: `values` sampled with `weights` (a
+    histogram from a real run).
     """
 
     kind: DistKind = DistKind.CONST

@@ -312,7 +312,8 @@ def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
-def _run_jobs(jobs: list[Job], progress: Optional[Progress], done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
+def _run_jobs(jobs: list[Job], progress: Optional[Progress],
+              done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
     """Run independent simulations side by side on the machine's cores (fork-based pool;
     serial where there is one core or one job)."""
     workers = min(len(jobs), os.cpu_count() or 1, 8)
