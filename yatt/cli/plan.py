@@ -23,7 +23,7 @@ from yatt.planner.explain import dp_text, peak_memory, why_winner
 from yatt.planner.search import SearchResult, search
 from yatt.planner.sizes import parse_gpu_sizes, resize
 
-from .common import LazyProgress, config_or_bundled, profile_arg
+from .common import LazyProgress, config_or_bundled, cost_model_line, profile_arg
 
 
 def _gb(x: float) -> str:
@@ -79,23 +79,31 @@ def _header(exp: Experiment) -> str:
 
 
 def ranked_table(result: SearchResult, top: int) -> Table:
-    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
-              title_justify="left")
+    n_seeds = len(result.best.step_times)
+    t = Table(title=f"Top placements (simulated step time, mean±std over {n_seeds} seeds)",
+              title_justify="left", caption_justify="left")
     for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
                 "util%", "bubble%", "peak/cap GB"):
         t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
     rows = list(enumerate(result.ranked, 1))[:top]
+    extra = []
     for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
         if not any(c.plan.mode is mode for _, c in rows):
-            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
-    for i, c in rows:
-        st = c.stats
+            extra += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    marked = {i for i, _ in extra}
+    for i, c in rows + extra:
         peak, cap = peak_memory(c.plan)
-        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
-                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
-                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
-                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
-                  f"{_gb(peak)}/{_gb(cap)}")
+        mark = "*" if i in marked else ""
+        t.add_row(f"{i}{mark}", c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT),
+                  dp_text(c.plan, Role.GENRM), dp_text(c.plan, Role.TRAINER),
+                  f"{c.mean:.1f}±{c.spread:.1f}", f"{c.samples_per_s:.2f}", f"{c.tokens_per_s:,.0f}",
+                  f"{(1 - c.bubble) * 100:.0f}", f"{c.bubble * 100:.0f}", f"{_gb(peak)}/{_gb(cap)}")
+    notes = [f"samples/s, tokens/s: trained samples and tokens of the same {n_seeds} seeds "
+             "over their total step time; util%, bubble%: mean over those seeds."]
+    for i, c in extra:
+        notes.append(f"*{i}: the best {c.plan.mode.value} placement, outside --top {top}, "
+                     "shown for the mode comparison.")
+    t.caption = "\n".join(notes)
     return t
 
 
@@ -105,8 +113,7 @@ def explanation(result: SearchResult) -> str:
     other = result.best_of(other_mode)
     lines = []
     if other is not None:
-        lines.append(why_winner(best, other, best.trace, other.trace,
-                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+        lines.append(why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble))
     for r in result.split_reports:
         how = {"local": "hill-climb from the previous optimum",
                "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
@@ -136,19 +143,43 @@ def write_outputs(out: Path, result: SearchResult) -> list[Path]:
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
     dump_yaml(best.plan, paths[0])
     write_chrome_trace(best.trace, paths[1])
-    plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
+    n = len(best.step_times)
+    title = (f"{best.plan.describe()}: seed 0 drawn, {best.step_times[0]:.1f} s/step"
+             + (f" (mean over {n} seeds {best.mean:.1f} s)" if n > 1 else ""))
+    plot_gantt(best.trace, paths[2], title=title)
     with open(paths[3], "w") as f:
         f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
         for i, c in enumerate(result.ranked, 1):
             f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
-                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+                    f"{c.samples_per_s:.4f},{c.tokens_per_s:.1f},{c.bubble:.4f}\n")
     return paths
 
 
-def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+def scaling_figure(rows: list[tuple[int, str, float, float]]):
+    """samples/s against cluster size per mode, ticks at the plain GPU counts."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in sorted({r[1] for r in rows}):
+        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    sizes = sorted({r[0] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(g) for g in sizes])  # plain GPU counts, not powers of two
+    ax.minorticks_off()
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("samples / s (simulated)")
+    ax.set_title("Throughput vs cluster size, best placement per mode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
@@ -156,17 +187,7 @@ def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[
         f.write("gpus,mode,step_s,samples_per_s\n")
         for g, mode, st, sps in rows:
             f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode in sorted({r[1] for r in rows}):
-        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("samples / s (simulated)")
-    ax.set_title("Throughput vs cluster size, best placement per mode")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    fig = scaling_figure(rows)
     fig.savefig(png, dpi=120)
     plt.close(fig)
     return [csv, png]
@@ -185,6 +206,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     cost = cost_model_for(exp, profile)
     console = Console(width=max(Console().width, 140))
     console.print(_header(exp))
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if args.breakdown:
         print_breakdown(console, exp, cost)
     try:
@@ -208,7 +230,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
             for mode in (Mode.COLOCATE, Mode.PARTIAL):
                 c = r.best_of(mode)
                 if c is not None:
-                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
+                    rows.append((g, mode.value, c.mean, c.samples_per_s))
         paths += write_scaling(out, rows)
     console.print("wrote " + ", ".join(str(p) for p in paths))
     return 0

@@ -42,12 +42,33 @@ Progress = Callable[[int, str], None]
 
 
 @dataclass(frozen=True)
+class SeedRun:
+    """What one seed's simulation of a placement adds up to."""
+
+    step_time: float        # mean step time over the simulated steps
+    steps: int
+    kept: int               # trained samples, all steps
+    trained_tokens: int     # prompt + response tokens of the trained samples, all steps
+    bubble: float           # idle fraction of device time
+
+    @staticmethod
+    def of(trace: Trace, stats: StepStats) -> "SeedRun":
+        tokens = sum(s.prompt_tokens + s.response_tokens for s in trace.samples if s.kept)
+        return SeedRun(stats.step_time_mean, stats.steps, stats.samples_kept, tokens,
+                       stats.bubble_fraction)
+
+
+@dataclass(frozen=True)
 class Candidate:
     key: Key
     plan: Plan
-    step_times: tuple[float, ...]   # one per seed
-    stats: StepStats                # of the seed-0 simulation
+    runs: tuple[SeedRun, ...]       # one per seed, seed 0 first
+    stats: StepStats                # of the seed-0 simulation (the drawn timeline)
     trace: Trace                    # the seed-0 simulation
+
+    @property
+    def step_times(self) -> tuple[float, ...]:
+        return tuple(r.step_time for r in self.runs)
 
     @property
     def mean(self) -> float:
@@ -58,6 +79,27 @@ class Candidate:
         m = self.mean
         return math.sqrt(sum((t - m) ** 2 for t in self.step_times) / len(self.step_times))
 
+    # Throughputs pool the same seeds as `mean`: what all seeds trained over all their step
+    # time. Seeds draw the same lengths (and the same dropped groups) whatever the
+    # placement, so throughput orders placements exactly as `mean` does.
+    def _seconds(self) -> float:
+        return sum(r.step_time * r.steps for r in self.runs)
+
+    @property
+    def samples_per_s(self) -> float:
+        t = self._seconds()
+        return sum(r.kept for r in self.runs) / t if t > 0 else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        t = self._seconds()
+        return sum(r.trained_tokens for r in self.runs) / t if t > 0 else float("nan")
+
+    @property
+    def bubble(self) -> float:
+        """Idle fraction of device time, mean over seeds."""
+        return sum(r.bubble for r in self.runs) / len(self.runs)
+
 
 @dataclass(frozen=True)
 class SplitReport:
@@ -66,8 +108,12 @@ class SplitReport:
     splits: int          # legal splits for this TP pair
     evaluated: int       # splits simulated
     unimodal: bool       # the coarse grid looked unimodal
-    method: str          # "exhaustive" | "ternary" | "scan"
+    method: str          # "exhaustive" | "ternary" | "scan" | "local"
     best_rollout_devices: int
+
+    def __post_init__(self) -> None:
+        # "best" is a simulated split: at least one, and no more than there are
+        assert 1 <= self.evaluated <= self.splits, self
 
 
 @dataclass(frozen=True)
@@ -122,7 +168,7 @@ class _Evaluator:
                              recorded=self.recorded)
             self.sims += 1
             stats = summarize(trace)
-            self.cache[key] = Candidate(key, plan, (stats.step_time_mean,), stats, trace)
+            self.cache[key] = Candidate(key, plan, (SeedRun.of(trace, stats),), stats, trace)
             if self.progress:
                 self.progress(self.sims, plan.describe())
         return self.cache[key].step_times[0]
@@ -259,19 +305,19 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
 
 
-def _one(job: Job) -> tuple[float, Optional[Trace]]:
+def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     plan, workload, cost, seed, recorded = job
     steps = len({s.step for s in recorded}) if recorded else 1
     trace = simulate(plan, workload, cost, seed=seed, steps=steps, recorded=recorded)
-    t = summarize(trace).step_time_mean
-    return t, (trace if seed == 0 else None)
+    return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
-def _run_jobs(jobs: list[Job], progress: Optional[Progress], done: int) -> list[tuple[float, Optional[Trace]]]:
+def _run_jobs(jobs: list[Job], progress: Optional[Progress],
+              done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
     """Run independent simulations side by side on the machine's cores (fork-based pool;
     serial where there is one core or one job)."""
     workers = min(len(jobs), os.cpu_count() or 1, 8)
-    results: list[tuple[float, Optional[Trace]]] = []
+    results: list[tuple[SeedRun, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():
         with mp.get_context("fork").Pool(workers) as pool:
             for r in pool.imap(_one, jobs):
@@ -293,7 +339,7 @@ def _reseed_many(exp: Experiment, cost: CostModel, cands: list[Candidate], seeds
     jobs = [(c.plan, exp.workload, cost, s, recorded) for c in cands for s in range(1, seeds)]
     res = _run_jobs(jobs, progress, done) if jobs else []
     k = seeds - 1
-    return [Candidate(c.key, c.plan, c.step_times + tuple(t for t, _ in res[i * k:(i + 1) * k]),
+    return [Candidate(c.key, c.plan, c.runs + tuple(r for r, _ in res[i * k:(i + 1) * k]),
                       c.stats, c.trace) for i, c in enumerate(cands)]
 
 
@@ -308,7 +354,7 @@ def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int
         chunk = results[i * seeds:(i + 1) * seeds]
         trace = chunk[0][1]
         assert trace is not None
-        out.append(Candidate(k, jobs[i * seeds][0], tuple(t for t, _ in chunk), summarize(trace), trace))
+        out.append(Candidate(k, jobs[i * seeds][0], tuple(r for r, _ in chunk), summarize(trace), trace))
     return out
 
 
