@@ -39,6 +39,13 @@ class OldLogprobs(str, Enum):
     RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
 
 
+class AdamMoments(str, Enum):
+    """The dtype of Adam's two moments (exp_avg, exp_avg_sq); the master weights stay fp32."""
+
+    FP32 = "fp32"  # Megatron-Core's default: 12 B/param of optimizer state
+    BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -266,6 +273,7 @@ class AlgoSpec:
     mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
                                    "is split into this many mini-batches (verl's ppo_mini_batch_size)")
     old_logprobs: OldLogprobs = OldLogprobs.REUSE
+    adam_moments: AdamMoments = AdamMoments.FP32
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:
