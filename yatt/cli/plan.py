@@ -114,6 +114,8 @@ def explanation(result: SearchResult) -> str:
                "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    if result.trainer_note:
+        lines.append(result.trainer_note)
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)

@@ -22,6 +22,7 @@ class SearchSpec:
     modes: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
     tp_choices: tuple[int, ...] = (1, 2, 4, 8)
     engine_tp_choices: tuple[int, ...] = ()  # rollout/GenRM engines; empty = tp_choices
+    pp_choices: tuple[int, ...] = (1, 2, 4, 8)  # trainer pipeline stages (1 = no pipeline)
     balance: BalancePolicy = BalancePolicy.KK
     balance_cost: BalanceCost = BalanceCost.FLOPS
     controllers: int = spec_field(1, ge=1)
@@ -31,12 +32,14 @@ class SearchSpec:
     def __post_init__(self) -> None:
         if not self.modes:
             raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
-        for name in ("tp_choices", "engine_tp_choices"):
+        for name in ("tp_choices", "engine_tp_choices", "pp_choices"):
             for i, tp in enumerate(getattr(self, name)):
                 if tp < 1:
                     raise InputError(f"got {tp}; allowed: integers >= 1", field=f"{name}[{i}]")
         if not self.tp_choices:
             raise InputError("needs at least one TP size", field="tp_choices")
+        if not self.pp_choices:
+            raise InputError("needs at least one PP size (1: no pipeline)", field="pp_choices")
 
     @property
     def engine_tps(self) -> tuple[int, ...]:
