@@ -71,3 +71,12 @@ def test_partial_only_search_picks_the_trainer_layout():
     assert len(fast.space.trainer_layouts) > 1
     assert fast.best.step_times[0] == pytest.approx(full.best.step_times[0], rel=1e-9)
     assert fast.simulations < full.simulations
+
+
+def test_breakdown_shows_the_smallest_fitting_trainer_layout(exp70):
+    from yatt.planner.breakdown import role_facts
+
+    facts = {f.role: f for f in role_facts(exp70, AnalyticCostModel.for_experiment(exp70))}
+    t = facts[Role.TRAINER]
+    assert (t.min_tp, t.min_pp, t.layout) == (8, 2, "8·pp2")
+    assert t.mem is not None and t.mem.fits() and t.unit_costs
