@@ -55,7 +55,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
             t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
                       "", "", "", "", "does not fit", "")
             continue
-        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
+        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), f.layout, _gb(m.weights),
                   _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
                   f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
     console.print(t)
@@ -65,7 +65,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     u.add_column("time", justify="right")
     for f in facts:
         for label, secs in f.unit_costs:
-            u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
+            u.add_row(f"{f.role.value} (TP{f.layout})", label, _secs(secs))
     console.print(u)
 
 
@@ -121,6 +121,8 @@ def explanation(result: SearchResult) -> str:
                "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    if result.trainer_note:
+        lines.append(result.trainer_note)
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)

@@ -39,6 +39,13 @@ class OldLogprobs(str, Enum):
     RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
 
 
+class AdamMoments(str, Enum):
+    """The dtype of Adam's two moments (exp_avg, exp_avg_sq); the master weights stay fp32."""
+
+    FP32 = "fp32"  # Megatron-Core's default: 12 B/param of optimizer state
+    BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -289,6 +296,9 @@ class AlgoSpec:
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
                                            "reuse each sequence's first training forward, or recompute "
                                            "them in a forward pass over the batch before training")
+    adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
+                                           "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
+                                           "planned only: the executor keeps fp32)")
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:

@@ -4,13 +4,16 @@ Why: the step time of a placement has no closed form (long tails, streaming, KV 
 so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends few calls:
 
 - Full colocate: the phases run one after another, so step time is (nearly) separable in
-  the TP of each role. Coordinate descent over each role's feasible TPs finds the optimum
-  in 1 + sum(options - 1) simulations.
+  the TP of each role and the trainer's TP x PP layout. Coordinate descent over each
+  role's feasible options finds the optimum in 1 + sum(options - 1) simulations.
 - Partial colocate: for each (rollout TP, GenRM TP) pair, step time over the split
   r = rollout devices is usually unimodal (too few rollout devices: rollout-bound; too
   few GenRM devices: judge-bound). A coarse grid checks that; if the grid is unimodal,
   an integer ternary search refines inside the bracket (as WeChat-YATT describes). If it
   is not, we fall back to a bounded scan and say so. A final hill-climb checks neighbours.
+  The trainer runs on every device after generation in both modes, so its layout adds the
+  same time to either: partial colocate takes the layout full colocate found best (and
+  searches it as a third coordinate when full colocate is not searched).
 - The best few candidates are re-simulated over `search.seeds` seeds: mean +/- spread.
 
 `exhaustive=True` simulates everything (for tests and the regret benchmark).
@@ -36,8 +39,10 @@ from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space
 from .splitsearch import coordinate_descent, local_split, search_split
+from .why_pp import trainer_note
 
-Key = tuple[Mode, int, int, int, int]  # mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp
+# mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp, trainer pp
+Key = tuple[Mode, int, int, int, int, int]
 Progress = Callable[[int, str], None]
 
 
@@ -125,6 +130,7 @@ class SearchResult:
     split_reports: tuple[SplitReport, ...]
     seconds: float
     note: str = ""  # how the search was done, when it is not the plain direct search
+    trainer_note: str = ""  # why the best plan's trainer runs a pipeline (`why_pp`)
 
     @property
     def best(self) -> Candidate:
@@ -154,12 +160,14 @@ class _Evaluator:
         return len({s.step for s in self.recorded}) if self.recorded else 1
 
     def plan(self, key: Key) -> Plan:
-        mode, r, rtp, gtp, ttp = key
-        # The reference is an inference engine for the actor: the trainer's TP when the
-        # engine TP choices allow it (the executor may restrict them), else the rollout's.
-        ref_tp = ttp if ttp in self.exp.search.engine_tps else rtp
+        mode, r, rtp, gtp, ttp, tpp = key
+        # The reference is an inference-only copy of the actor: the trainer's TP x PP when
+        # the engine TP choices allow its TP (the executor may restrict them), else the
+        # rollout engines' TP.
+        ref = (ttp, tpp) if ttp in self.exp.search.engine_tps else (rtp, 1)
         return make_plan(self.exp, mode, rollout_devices=r or None, rollout_tp=rtp,
-                         genrm_tp=gtp, trainer_tp=ttp, reference_tp=ref_tp)
+                         genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp, reference_tp=ref[0],
+                         reference_pp=ref[1])
 
     def __call__(self, key: Key) -> float:
         if key not in self.cache:
@@ -192,45 +200,51 @@ def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: b
     ev = _Evaluator(exp, cost, progress, recorded)
     has_genrm = exp.genrm is not None and bool(space.genrm_tps)
     gtps = space.genrm_tps if has_genrm else (1,)
+    layouts = list(space.trainer_layouts)
     modes = exp.search.modes
     space_size = 0
     reports: list[SplitReport] = []
-    best = (space.rollout_tps[0], gtps[0], space.trainer_tps[0])
+    best = (space.rollout_tps[0], gtps[0], layouts[0])
+    colocate = Mode.COLOCATE in modes or not has_genrm
 
-    if Mode.COLOCATE in modes or not has_genrm:
-        space_size += len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
-        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, *k)),
-                                  [list(space.rollout_tps), list(gtps), list(space.trainer_tps)],
-                                  exhaustive)
+    if colocate:
+        space_size += len(space.rollout_tps) * len(gtps) * len(layouts)
+        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, k[0], k[1], *k[2])),
+                                  [list(space.rollout_tps), list(gtps), layouts], exhaustive)
     if Mode.PARTIAL in modes and has_genrm:
         space_size += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
-                          for g in gtps) * len(space.trainer_tps)
+                          for g in gtps) * len(layouts)
         g_total = exp.cluster.num_gpus
-        memo: dict[tuple[int, int, int], tuple[float, int]] = {}
+        memo: dict[tuple[int, int, tuple[int, int]], tuple[float, int]] = {}
         anchor: list[float] = []  # rollout fraction of the first full split search
 
-        def best_split(rtp: int, gtp: int, ttp: int) -> float:
-            """Best partial step time for a TP triple. The first triple gets the guarded
-            ternary search; later ones hill-climb from the first one's rollout fraction."""
-            if (rtp, gtp, ttp) not in memo:
+        def best_split(rtp: int, gtp: int, lay: tuple[int, int]) -> float:
+            """Best partial step time for a (rollout TP, GenRM TP, trainer layout). The
+            first gets the guarded ternary search; later ones hill-climb from the first
+            one's rollout fraction."""
+            if (rtp, gtp, lay) not in memo:
                 splits = partial_splits(exp, rtp, gtp)
                 if not splits:
-                    memo[(rtp, gtp, ttp)] = (math.inf, 0)
+                    memo[(rtp, gtp, lay)] = (math.inf, 0)
                 else:
-                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, ttp))  # noqa: E731
+                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, *lay))  # noqa: E731
                     if exhaustive or not anchor:
                         r, uni, method, calls = search_split(f, splits, exhaustive=exhaustive)
                         anchor.append(r / g_total)
                     else:
                         r, uni, method, calls = local_split(f, splits, anchor[0])
                     reports.append(SplitReport(rtp, gtp, len(splits), calls, uni, method, r))
-                    memo[(rtp, gtp, ttp)] = (f(r), r)
-            return memo[(rtp, gtp, ttp)][0]
+                    memo[(rtp, gtp, lay)] = (f(r), r)
+            return memo[(rtp, gtp, lay)][0]
 
-        for ttp in (list(space.trainer_tps) if exhaustive else [best[2]]):
-            start = (best[0], best[1])
-            coordinate_descent(lambda k, ttp=ttp: best_split(k[0], k[1], ttp),
-                               [list(space.rollout_tps), list(gtps)], exhaustive, start=start)
+        if exhaustive or colocate:
+            for lay in (layouts if exhaustive else [best[2]]):
+                coordinate_descent(lambda k, lay=lay: best_split(k[0], k[1], lay),
+                                   [list(space.rollout_tps), list(gtps)], exhaustive,
+                                   start=(best[0], best[1]))
+        else:  # no full-colocate search chose the trainer layout: search it here
+            coordinate_descent(lambda k: best_split(*k), [list(space.rollout_tps), list(gtps), layouts],
+                               False, start=best)
     if not ev.cache:
         raise InputError("no placement to simulate: search.modes allows none that apply "
                          f"(modes: {[m.value for m in modes]}, GenRM: {bool(exp.genrm)})")
@@ -297,9 +311,12 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
                       f"{small.workload.prompts_per_step} prompts), shortlist re-simulated at full size")
     final.sort(key=lambda c: (c.mean, c.key))
+    best = final[0].key
+    tried = {c.key[4:]: c.step_times[0] for c in found.evaluator.cache.values()
+             if c.key[:4] == (best[0], best[1] // factor, *best[2:4])}
     return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
                         _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
-                        slice_note)
+                        slice_note, trainer_note(exp, space, final[0].plan, tried))
 
 
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
@@ -360,8 +377,8 @@ def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int
 
 def _full_space_size(exp: Experiment, space: Space) -> int:
     gtps = space.genrm_tps or (1,)
-    n = len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
+    n = len(space.rollout_tps) * len(gtps) * len(space.trainer_layouts)
     if exp.genrm is not None and Mode.PARTIAL in exp.search.modes:
         n += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
-                 for g in gtps) * len(space.trainer_tps)
+                 for g in gtps) * len(space.trainer_layouts)
     return n

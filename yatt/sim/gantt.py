@@ -13,7 +13,7 @@ from pathlib import Path
 from yatt.core import Phase, Role, Trace
 
 COLORS = {Phase.ROLLOUT: "#4C72B0", Phase.GENRM: "#DD8452", Phase.TRAIN: "#55A868",
-          Phase.REF_LOGPROB: "#8172B3", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
+          Phase.REF_LOGPROB: "#8172B3", Phase.OLD_LOGPROB: "#64B5CD", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
           Phase.WEIGHT_SYNC: "#DA8BC3", Phase.CHECKPOINT: "#8C8C8C", Phase.CONTROLLER: "#CCB974"}
 
 
