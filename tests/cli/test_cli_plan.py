@@ -131,3 +131,94 @@ def test_unplaceable_config_exits_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "needs TP >= 4" in err and "\n" == err[-1] and err.count("\n") == 1
     assert not out.exists()
+
+
+def _table_rows(text: str) -> list[list[str]]:
+    """The body rows of the first table printed (the ranking; the cost table follows it)."""
+    rows = []
+    for ln in text.splitlines():
+        if ln.startswith("│"):
+            rows.append(ln)
+        elif rows and ln.startswith("└"):
+            break
+    return [[c.strip() for c in ln.strip("│").split("│")] for ln in rows]
+
+
+def test_extra_mode_row_is_marked_and_explained(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    assert main(["plan", str(cfg), "--out", str(tmp_path / "out"), "--no-progress", "--top", "1"]) == 0
+    text = capsys.readouterr().out
+    rows = _table_rows(text)
+    assert {r[1] for r in rows} == {"colocate", "partial"} and len(rows) == 2
+    assert not rows[0][0].endswith("*") and rows[1][0].endswith("*"), rows
+    rank = rows[1][0].rstrip("*")
+    assert f"*{rank}: the best {rows[1][1]} placement, outside --top 1" in text
+
+
+def test_throughput_columns_follow_the_step_time_ranking(tmp_path, capsys):
+    # dynamic sampling drops groups, so samples per step is not simply prompts x samples
+    cfg = tmp_path / "ds.yaml"
+    cfg.write_text(SMALL.replace("  samples_per_prompt: 4\n", "  samples_per_prompt: 4\n"
+                                 "  dynamic_sampling: true\n  all_equal_prob: 0.4\n"))
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress", "--top", "8"]) == 0
+    text = capsys.readouterr().out
+    assert "trained samples and tokens of the same 2 seeds over their total step time" in text
+    rows = list(csv.DictReader(open(out / "ranking.csv")))
+    assert len(rows) >= 3
+    step = [float(r["step_s_mean"]) for r in rows]
+    sps = [float(r["samples_per_s"]) for r in rows]
+    tps = [float(r["tokens_per_s"]) for r in rows]
+    assert step == sorted(step)
+    # every placement trains the same samples (the seeds fix lengths and dropped groups),
+    # so throughput x step time is one number and the order can never disagree
+    per_step = [s * t for s, t in zip(sps, step)]
+    assert max(per_step) - min(per_step) <= 1e-3 * max(per_step), per_step
+    assert all(a >= b for a, b in zip(sps, sps[1:])) and all(a >= b for a, b in zip(tps, tps[1:]))
+    table = _table_rows(text)
+    assert [float(r[6]) for r in table] == [round(x, 2) for x in sps[:len(table)]]
+
+
+def test_timeline_title_names_the_drawn_seed(tmp_path, monkeypatch, capsys):
+    import yatt.sim.gantt as gantt
+
+    titles = []
+    real = gantt.plot_gantt
+    monkeypatch.setattr(gantt, "plot_gantt",
+                        lambda tr, path, title="": titles.append(title) or real(tr, path, title))
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    out = tmp_path / "out"
+    assert main(["plan", str(cfg), "--out", str(out), "--no-progress"]) == 0
+    ev = [e for e in json.loads((out / "timeline.json").read_text())["traceEvents"] if e["ph"] == "X"]
+    drawn = (max(e["ts"] + e["dur"] for e in ev) - min(e["ts"] for e in ev)) / 1e6
+    mean = float(next(csv.DictReader(open(out / "ranking.csv")))["step_s_mean"])
+    (title,) = titles
+    assert f"seed 0 drawn, {drawn:.1f} s/step" in title, (title, drawn)
+    assert f"mean over 2 seeds {mean:.1f} s" in title, title
+
+
+def test_scaling_ticks_are_plain_gpu_counts():
+    import matplotlib.pyplot as plt
+
+    from yatt.cli.plan import scaling_figure
+
+    fig = scaling_figure([(g, m, 1.0, g / 8) for g in (16, 32, 64) for m in ("colocate", "partial")])
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
+    assert not [t for t in ax.get_xticklabels(minor=True) if t.get_text()]
+    plt.close(fig)
+
+
+def test_plan_says_which_cost_model(tmp_path, capsys):
+    cfg = tmp_path / "small.yaml"
+    cfg.write_text(SMALL)
+    assert main(["plan", str(cfg), "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    assert "cost model: analytic defaults" in capsys.readouterr().out
+    root = Path(__file__).resolve().parents[2]
+    prof = root / "configs" / "profiles" / "cpu-local.yaml"
+    assert main(["plan", str(root / "configs" / "demo-cpu.yaml"), "--profile", str(prof),
+                 "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert f"cost model: profile {prof} (measured tables)" in capsys.readouterr().out

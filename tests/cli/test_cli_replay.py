@@ -102,3 +102,18 @@ def test_malformed_trace_exits_2_with_one_line(tmp_path, tiny, capsys, how, verb
     assert len(err) == 1, err
     assert expect in err[0] and str(bad) in err[0]
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_replay_suggests_calibrate_when_phases_are_off(tmp_path, tiny, capsys):
+    # tiny ran at TRUTH efficiencies, not the defaults: large per-phase errors
+    assert main(["replay", str(tiny), "--gpus", "16", "--mode", "colocate",
+                 "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    hint = [ln for ln in capsys.readouterr().out.splitlines() if "yatt calibrate" in ln]
+    assert hint == [hint[0]] and f"`yatt calibrate {tiny} -o profile.yaml`" in hint[0], hint
+    assert "median per-phase error" in hint[0]
+    prof = tmp_path / "p.yaml"
+    assert main(["calibrate", str(tiny), "-o", str(prof), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(tiny), "--profile", str(prof), "--gpus", "16", "--mode", "colocate",
+                 "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "yatt calibrate" not in capsys.readouterr().out

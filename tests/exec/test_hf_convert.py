@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tests.exec._tolerance import logit_tol
 from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_ids, run_logits,
                                        spawn)
 from yatt.exec.hf_convert import (hf_to_megatron, load_hf_state_dict, megatron_to_hf, shard,
@@ -26,7 +27,7 @@ def test_roundtrip_hf_megatron_hf_is_exact(arch, spec_fn, tp):
     back = megatron_to_hf(unshard(parts), spec, arch)
     assert set(back) == set(hf)
     for k in hf:
-        assert torch.equal(hf[k], back[k]), k
+        assert torch.equal(hf[k], back[k]), k   # exact: conversion and sharding move bytes only
 
 
 def test_qkv_layout_is_grouped_per_kv_head():
@@ -55,7 +56,9 @@ def _check_logits(tmp_path, tp):
         with torch.no_grad():
             ref = hf(logit_ids()).logits
         diffs[arch.value] = (got[arch.value] - ref).abs().max().item()
-    assert max(diffs.values()) < 1e-5, diffs
+        # the same logits by other kernels (and TP shards): within the forward's rounding
+        tol = logit_tol(spec_fn(), logit_ids().shape[1], ref.abs().max().item())
+        assert diffs[arch.value] <= tol, (arch.value, diffs[arch.value], tol)
     return diffs
 
 

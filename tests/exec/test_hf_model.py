@@ -44,7 +44,7 @@ def test_seeded_and_rebuilt_on_change(tmp_path):
     spec = load_spec()
     a = load_file(build_hf_model(spec, tmp_path / "a", seed=1) / "model.safetensors")
     b = load_file(build_hf_model(spec, tmp_path / "b", seed=1) / "model.safetensors")
-    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], b[k]) for k in a)   # exact: same seed, same code, same order
     c = load_file(build_hf_model(spec, tmp_path / "a", seed=2) / "model.safetensors")
     assert not torch.equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"])
 

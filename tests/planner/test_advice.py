@@ -113,6 +113,23 @@ def test_ranking_has_one_column_per_role_field(result):
     assert best["dollars_run"] == pytest.approx(2.0 * best["gpu_hours_run"], rel=1e-3)
 
 
+def test_throughput_pools_the_seeds_everywhere(result):
+    # plan.yaml, ranking rows, the JSON summary's cost and the given row all read the
+    # pooled throughput the ranking table prints, not seed 0's
+    best, given = result.best, result.given
+    assert len(best.runs) == 2
+    pooled = sum(r.kept for r in best.runs) / sum(r.step_time * r.steps for r in best.runs)
+    assert best.samples_per_s == pytest.approx(pooled, rel=1e-12)
+    rows = result.rows()
+    assert rows[0]["samples_per_s"] == round(best.samples_per_s, 4)
+    assert rows[0]["tokens_per_s"] == round(best.tokens_per_s, 1)
+    assert rows[0]["bubble"] == round(best.bubble, 4)
+    assert rows[-1]["source"] == "given" and rows[-1]["samples_per_s"] == round(given.samples_per_s, 4)
+    assert result.best_plan().predicted.samples_per_s == rows[0]["samples_per_s"]
+    cv = cost_view(best.plan.cluster.num_gpus, best.mean, best.samples_per_s, result.pricing)
+    assert result.summary()["cost"]["gpu_hours_run"] == round(cv.gpu_hours_run, 4)
+
+
 def test_summary_is_plain_json(result):
     s = json.loads(json.dumps(result.summary(), allow_nan=False))
     assert s["schema"] == "yatt.plan-summary/1"

@@ -29,7 +29,7 @@ from yatt.planner.ranking import write_csv
 from yatt.planner.search import SearchResult
 from yatt.planner.sizes import parse_gpu_sizes
 
-from .common import LazyProgress, config_or_bundled, profile_arg
+from .common import LazyProgress, config_or_bundled, cost_model_line, profile_arg
 from .plan_emit import emit_all, parse_frameworks, write_emitted
 from .plan_report import cost_table, given_table, scaling_table
 
@@ -63,7 +63,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
             t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
                       "", "", "", "", "does not fit", "")
             continue
-        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
+        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), f.layout, _gb(m.weights),
                   _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
                   f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
     console.print(t)
@@ -73,7 +73,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     u.add_column("time", justify="right")
     for f in facts:
         for label, secs in f.unit_costs:
-            u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
+            u.add_row(f"{f.role.value} (TP{f.layout})", label, _secs(secs))
     console.print(u)
 
 
@@ -87,23 +87,31 @@ def _header(exp: Experiment) -> str:
 
 
 def ranked_table(result: SearchResult, top: int) -> Table:
-    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
-              title_justify="left")
+    n_seeds = len(result.best.step_times)
+    t = Table(title=f"Top placements (simulated step time, mean±std over {n_seeds} seeds)",
+              title_justify="left", caption_justify="left")
     for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
                 "util%", "bubble%", "peak/cap GB"):
         t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
     rows = list(enumerate(result.ranked, 1))[:top]
+    extra = []
     for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
         if not any(c.plan.mode is mode for _, c in rows):
-            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
-    for i, c in rows:
-        st = c.stats
+            extra += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    marked = {i for i, _ in extra}
+    for i, c in rows + extra:
         peak, cap = peak_memory(c.plan)
-        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
-                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
-                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
-                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
-                  f"{_gb(peak)}/{_gb(cap)}")
+        mark = "*" if i in marked else ""
+        t.add_row(f"{i}{mark}", c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT),
+                  dp_text(c.plan, Role.GENRM), dp_text(c.plan, Role.TRAINER),
+                  f"{c.mean:.1f}±{c.spread:.1f}", f"{c.samples_per_s:.2f}", f"{c.tokens_per_s:,.0f}",
+                  f"{(1 - c.bubble) * 100:.0f}", f"{c.bubble * 100:.0f}", f"{_gb(peak)}/{_gb(cap)}")
+    notes = [f"samples/s, tokens/s: trained samples and tokens of the same {n_seeds} seeds "
+             "over their total step time; util%, bubble%: mean over those seeds."]
+    for i, c in extra:
+        notes.append(f"*{i}: the best {c.plan.mode.value} placement, outside --top {top}, "
+                     "shown for the mode comparison.")
+    t.caption = "\n".join(notes)
     return t
 
 
@@ -113,8 +121,7 @@ def explanation(result: SearchResult) -> str:
     other = result.best_of(other_mode)
     lines = []
     if other is not None:
-        lines.append(why_winner(best, other, best.trace, other.trace,
-                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+        lines.append(why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble))
     for r in result.split_reports:
         how = {"local": "hill-climb from the previous optimum",
                "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
@@ -122,6 +129,8 @@ def explanation(result: SearchResult) -> str:
                "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    if result.trainer_note:
+        lines.append(result.trainer_note)
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)
@@ -138,7 +147,10 @@ def write_outputs(out: Path, result: PlanResult) -> list[Path]:
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
     dump_yaml(result.best_plan(), paths[0])
     write_chrome_trace(best.trace, paths[1])
-    plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
+    n = len(best.step_times)
+    title = (f"{best.plan.describe()}: seed 0 drawn, {best.step_times[0]:.1f} s/step"
+             + (f" (mean over {n} seeds {best.mean:.1f} s)" if n > 1 else ""))
+    plot_gantt(best.trace, paths[2], title=title)
     write_csv(result.rows(), paths[3])
     given = result.given_plan()
     if given is not None:
@@ -147,12 +159,33 @@ def write_outputs(out: Path, result: PlanResult) -> list[Path]:
     return paths
 
 
-def write_scaling(out: Path, result: PlanResult) -> list[Path]:
-    import csv as _csv
-
+def scaling_figure(rows: list[tuple[int, str, float, float]]):
+    """samples/s against cluster size per mode, ticks at the plain GPU counts."""
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for mode in sorted({r[1] for r in rows}):
+        pts = [(g, sps) for g, m, _, sps in rows if m == mode]
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    sizes = sorted({r[0] for r in rows})
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(g) for g in sizes])  # plain GPU counts, not powers of two
+    ax.minorticks_off()
+    ax.set_xlabel("GPUs")
+    ax.set_ylabel("samples / s (simulated)")
+    ax.set_title("Throughput vs cluster size, best placement per mode")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def write_scaling(out: Path, result: PlanResult) -> list[Path]:
+    import csv as _csv
+
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
@@ -162,17 +195,7 @@ def write_scaling(out: Path, result: PlanResult) -> list[Path]:
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if r[k] is None else r[k]) for k in SCALING_COLUMNS})
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for mode in sorted({r["mode"] for r in rows}):
-        pts = [(r["gpus"], r["samples_per_s"]) for r in rows if r["mode"] == mode]
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("GPUs")
-    ax.set_ylabel("samples / s (simulated)")
-    ax.set_title("Throughput vs cluster size, best placement per mode")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
+    fig = scaling_figure([(r.gpus, r.mode.value, r.step_s, r.samples_per_s) for r in result.scaling])
     fig.savefig(png, dpi=120)
     plt.close(fig)
     return [csv, png]
@@ -231,6 +254,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     to_stdout = json_to is not None and str(json_to) == "-"
     console = Console(width=max(Console().width, 140), stderr=to_stdout)
     console.print(_header(exp))
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if args.breakdown:
         print_breakdown(console, exp, cost)
     prog = LazyProgress(console, "searching placements", enabled=not args.no_progress)

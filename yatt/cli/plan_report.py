@@ -35,7 +35,7 @@ def given_table(result: PlanResult) -> Table:
         gap = "" if c is best else f"{(c.mean - best.mean) / best.mean * 100:+.1f}%"
         fits = "" if peak <= cap else " [red](does not fit)[/]"
         t.add_row(label, placement_text(c.plan), f"{c.mean:.1f}±{c.spread:.1f}", gap,
-                  f"{c.stats.samples_per_s:.2f}", f"{c.stats.bubble_fraction * 100:.0f}",
+                  f"{c.samples_per_s:.2f}", f"{c.bubble * 100:.0f}",
                   f"{_gb(peak)}/{_gb(cap)}{fits}")
     return t
 
@@ -62,7 +62,7 @@ def cost_table(result: PlanResult) -> Table:
         if c is None:
             continue
         g = c.plan.cluster.num_gpus
-        cv = cost_view(g, c.mean, c.stats.samples_per_s, p)
+        cv = cost_view(g, c.mean, c.samples_per_s, p)
         cells = [label, placement_text(c.plan), str(g), f"{c.mean:.1f}",
                  f"{cv.samples_per_s_per_gpu:.4f}", hours(cv.gpu_hours_per_step),
                  hours(cv.gpu_hours_run), hours(cv.hours_run)]

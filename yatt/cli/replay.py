@@ -156,7 +156,7 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
 
 def run_replay_command(args: argparse.Namespace) -> int:
     from yatt.planner.profiled import cost_model_for
-    from yatt.planner.replay import replay, sample_steps, what_if
+    from yatt.planner.replay import CALIBRATE_ABOVE, median_phase_error, replay, sample_steps, what_if
 
     # ---- validate everything first -------------------------------------------------------
     trace = Trace.read_jsonl(args.trace)
@@ -186,6 +186,11 @@ def run_replay_command(args: argparse.Namespace) -> int:
     finally:
         prog.close()
     console.print(phase_table(rep))
+    err = median_phase_error(rep)
+    if err > CALIBRATE_ABOVE:
+        console.print(f"median per-phase error {err * 100:.0f}% (> {CALIBRATE_ABOVE * 100:.0f}%): the trace "
+                      f"ran at other efficiencies; fit them with `yatt calibrate {args.trace} -o "
+                      "profile.yaml` and replay with --profile profile.yaml", markup=False, soft_wrap=True)
     console.print(whatif_table(rep, rows))
     best = min(rows, key=lambda w: w.step_s, default=None)
     if best is not None:

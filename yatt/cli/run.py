@@ -20,7 +20,7 @@ from yatt.core.plan import Plan
 from yatt.core.roles import Mode
 from yatt.core.runnable import check_runnable
 
-from .common import config_or_bundled, needs_exec, phase_table, profile_arg
+from .common import config_or_bundled, cost_model_line, needs_exec, phase_table, profile_arg
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -112,7 +112,7 @@ def run_command(args: argparse.Namespace) -> int:
     exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
-    console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if not is_plan_file(src):
         exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)

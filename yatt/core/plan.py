@@ -24,6 +24,8 @@ class SearchSpec:
     tp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="TP sizes tried for each role")
     engine_tp_choices: tuple[int, ...] = spec_field((), help="TP sizes for rollout/GenRM engines "
                                                             "(empty: tp_choices)")
+    pp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="trainer pipeline-parallel sizes tried "
+                                                               "(1: no pipeline)")
     balance: BalancePolicy = spec_field(BalancePolicy.KK, help="how sequences are split over trainer DP "
                                                                "ranks: naive chunks, greedy LPT or "
                                                                "Karmarkar-Karp")
@@ -37,12 +39,14 @@ class SearchSpec:
     def __post_init__(self) -> None:
         if not self.modes:
             raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
-        for name in ("tp_choices", "engine_tp_choices"):
+        for name in ("tp_choices", "engine_tp_choices", "pp_choices"):
             for i, tp in enumerate(getattr(self, name)):
                 if tp < 1:
                     raise InputError(f"got {tp}; allowed: integers >= 1", field=f"{name}[{i}]")
         if not self.tp_choices:
             raise InputError("needs at least one TP size", field="tp_choices")
+        if not self.pp_choices:
+            raise InputError("needs at least one PP size (1: no pipeline)", field="pp_choices")
 
     @property
     def engine_tps(self) -> tuple[int, ...]:

@@ -39,6 +39,13 @@ class OldLogprobs(str, Enum):
     RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
 
 
+class AdamMoments(str, Enum):
+    """The dtype of Adam's two moments (exp_avg, exp_avg_sq); the master weights stay fp32."""
+
+    FP32 = "fp32"  # Megatron-Core's default: 12 B/param of optimizer state
+    BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -147,13 +154,15 @@ class ModelSpec:
 class LengthDist:
     """A token-length distribution, with optional heavy tail and hard cap.
 
-    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma`, clipped to
-    [min, max]. empirical: `values` sampled with `weights` (a histogram from a real run).
+    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma` (required:
+    no default shape), clipped to [min, max]. empirical: `values` sampled with `weights` (a
+    histogram from a real run).
     """
 
     kind: DistKind = spec_field(DistKind.CONST, help="distribution shape")
-    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median")
-    sigma: float = spec_field(0.0, ge=0, le=5, help="lognormal shape (std of the log)")
+    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median (not the mean)")
+    sigma: Optional[float] = spec_field(None, ge=0, le=5,
+                                        help="lognormal only, required: std of log(length), e.g. 0.5")
     min: int = spec_field(1, ge=0, help="lower clip (uniform: lower bound)")
     max: int = spec_field(1_000_000, ge=1, help="upper clip, the cap (uniform: upper bound)")
     values: tuple[int, ...] = spec_field((), help="empirical: the lengths")
@@ -176,6 +185,9 @@ class LengthDist:
         elif self.kind in (DistKind.CONST, DistKind.LOGNORMAL) and self.value <= 0:
             raise InputError(f"got {self.value!r}; allowed: a number > 0 for kind "
                              f"{self.kind.value}", field="value")
+        if self.kind is DistKind.LOGNORMAL and self.sigma is None:
+            raise InputError("missing; lognormal needs `sigma` (std of log(length)); allowed: "
+                             "a number in [0, 5], e.g. 0.5", field="sigma")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n integer lengths (>= 1 unless min is 0)."""
@@ -284,6 +296,9 @@ class AlgoSpec:
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
                                            "reuse each sequence's first training forward, or recompute "
                                            "them in a forward pass over the batch before training")
+    adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
+                                           "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
+                                           "planned only: the executor keeps fp32)")
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:

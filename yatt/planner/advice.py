@@ -45,7 +45,7 @@ class ScalingRow:
 
     @property
     def samples_per_s(self) -> float:
-        return self.candidate.stats.samples_per_s
+        return self.candidate.samples_per_s
 
     def as_dict(self, pricing: Pricing) -> dict[str, Any]:
         cv = cost_view(self.gpus, self.step_s, self.samples_per_s, pricing)
@@ -65,7 +65,7 @@ class ScalingRow:
 class PlanResult:
     """What planning an experiment found.
 
-    best       the fastest placement found (a Candidate: .plan, .mean, .spread, .stats, .trace)
+    best       the fastest placement found (a Candidate: .plan, .mean, .spread, .samples_per_s, .trace)
     given      the placement you asked about, simulated the same way (or None)
     ranking    a pandas DataFrame, one row per placement (see `ranking_rows`)
     scaling    the best placement per mode per cluster size (with `gpus=`)
@@ -120,8 +120,7 @@ class PlanResult:
         other = self.search.best_of(Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL)
         if other is None:
             return None
-        return why_winner(best, other, best.trace, other.trace, best.stats.bubble_fraction,
-                          other.stats.bubble_fraction)
+        return why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble)
 
     def gap(self) -> Optional[str]:
         """How the given placement compares with the best, and why (None without one)."""
@@ -138,7 +137,7 @@ class PlanResult:
         """Everything a script needs, as plain JSON-able data (`yatt plan --json`)."""
         c = self.experiment.cluster
         best = self.best
-        cv = cost_view(c.num_gpus, best.mean, best.stats.samples_per_s, self.pricing)
+        cv = cost_view(c.num_gpus, best.mean, best.samples_per_s, self.pricing)
         out: dict[str, Any] = {
             "schema": SUMMARY_SCHEMA,
             "experiment": self.experiment.name,

@@ -23,32 +23,33 @@ from yatt.sim.simulate import simulate
 
 from .explain import role_memory, timeline_facts
 from .placement_text import placement_text
-from .search import Candidate, Key, Progress
+from .search import Candidate, Key, Progress, SeedRun
 
 
 def plan_key(plan: Plan) -> Key:
     """The search's key for a plan: mode, rollout devices (0 in colocate), rollout, GenRM
-    and trainer TP."""
+    and trainer TP, trainer PP."""
     r = len(plan.placement(Role.ROLLOUT).devices) if plan.mode is Mode.PARTIAL else 0
     g = plan.placement(Role.GENRM).tp if plan.has(Role.GENRM) else 1
-    return (plan.mode, r, plan.placement(Role.ROLLOUT).tp, g, plan.placement(Role.TRAINER).tp)
+    t = plan.placement(Role.TRAINER)
+    return (plan.mode, r, plan.placement(Role.ROLLOUT).tp, g, t.tp, t.pp)
 
 
 def score_plan(plan: Plan, cost: CostModel, seeds: int,
                progress: Optional[Progress] = None) -> Candidate:
     """Simulate `plan` on seeds 0..seeds-1 (one step each, as the search does)."""
-    times, first = [], None
+    runs, first = [], None
     plan = dataclasses.replace(plan, predicted=None)  # a prediction is no input to the simulator
     for s in range(seeds):
         trace = simulate(plan, plan.experiment.workload, cost, seed=s, steps=1)
         st = summarize(trace)
-        times.append(st.step_time_mean)
+        runs.append(SeedRun.of(trace, st))
         if first is None:
             first = (st, trace)
         if progress:
             progress(s + 1, "simulating the given placement")
     assert first is not None
-    return Candidate(plan_key(plan), plan, tuple(times), first[0], first[1])
+    return Candidate(plan_key(plan), plan, tuple(runs), first[0], first[1])
 
 
 def _union(ivs: list[tuple[float, float]]) -> float:
@@ -76,12 +77,12 @@ def phase_seconds(trace: Trace) -> dict[Phase, float]:
 
 def prediction(cand: Candidate, cost_label: str) -> Prediction:
     """The `predicted:` section for a simulated candidate."""
-    plan, st = cand.plan, cand.stats
+    plan = cand.plan
     cap = plan.cluster.gpu.hbm_bytes
     mem = role_memory(plan)
     return Prediction(
         step_s=round(cand.mean, 4), step_s_std=round(cand.spread, 4), seeds=len(cand.step_times),
-        samples_per_s=round(st.samples_per_s, 4), tokens_per_s=round(st.tokens_per_s, 2),
+        samples_per_s=round(cand.samples_per_s, 4), tokens_per_s=round(cand.tokens_per_s, 2),
         gpu_hours_per_step=round(plan.cluster.num_gpus * cand.mean / 3600.0, 6),
         phases=tuple(PhaseSeconds(ph, round(s, 4)) for ph, s in phase_seconds(cand.trace).items()),
         memory=tuple(RoleMemory(p.role, round(mem[p.role] / 1e9, 3), round(cap / 1e9, 3))
@@ -144,7 +145,6 @@ def gap_text(given: Candidate, best: Candidate) -> str:
     if best.plan.mode is Mode.PARTIAL and fb.overlap_s > fg.overlap_s + 0.05:
         bits.append(f"the best overlaps {fb.overlap_s:.1f} s of judging with the rollout tail "
                     f"(yours: {fg.overlap_s:.1f} s)")
-    bits.append(f"idle device time {given.stats.bubble_fraction * 100:.0f}% vs "
-                f"{best.stats.bubble_fraction * 100:.0f}%")
+    bits.append(f"idle device time {given.bubble * 100:.0f}% vs {best.bubble * 100:.0f}%")
     return (f"your placement {g_label} takes {given.mean:.1f} s/step, {rel:.1f}% ({gap:.1f} s) "
             f"slower than the best found, {b_label} ({best.mean:.1f} s): " + "; ".join(bits) + ".")

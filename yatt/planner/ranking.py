@@ -52,18 +52,18 @@ def role_columns(plan: Plan) -> dict[str, Any]:
 def candidate_row(c: Candidate, rank: Optional[int], source: str,
                   pricing: Optional[Pricing] = None) -> dict[str, Any]:
     pricing = pricing or Pricing()
-    plan, st = c.plan, c.stats
+    plan = c.plan
     peak, cap = peak_memory(plan)
-    cv = cost_view(plan.cluster.num_gpus, c.mean, st.samples_per_s, pricing)
+    cv = cost_view(plan.cluster.num_gpus, c.mean, c.samples_per_s, pricing)
     row: dict[str, Any] = {"rank": rank, "source": source, "mode": plan.mode.value,
                            "placement": placement_text(plan), "gpus": plan.cluster.num_gpus}
     row.update(role_columns(plan))
     row.update({
         "step_s_mean": round(c.mean, 4), "step_s_spread": round(c.spread, 4),
         "seeds": len(c.step_times),
-        "samples_per_s": round(st.samples_per_s, 4),
+        "samples_per_s": round(c.samples_per_s, 4),
         "samples_per_s_per_gpu": round(cv.samples_per_s_per_gpu, 5),
-        "tokens_per_s": round(st.tokens_per_s, 1), "bubble": round(st.bubble_fraction, 4),
+        "tokens_per_s": round(c.tokens_per_s, 1), "bubble": round(c.bubble, 4),
         "peak_gb": round(peak / 1e9, 2), "capacity_gb": round(cap / 1e9, 2),
         "gpu_hours_per_step": round(cv.gpu_hours_per_step, 5),
         "steps": pricing.steps, "gpu_hours_run": round(cv.gpu_hours_run, 4),
