@@ -49,6 +49,24 @@ def test_trainer_pp_reaches_the_plan(exp):
     assert (t.tp, t.pp, t.dp) == (2, 2, 12)
 
 
+def test_pipelined_trainer_lays_out_like_the_search():
+    # the search's reference mirrors the trainer's TP x PP; a parsed label must give the
+    # plan the search simulated, so `--placement` scores the same thing the ranking shows
+    from yatt.planner.assess import plan_key
+    from yatt.planner.costmodel import AnalyticCostModel
+    from yatt.planner.search import _Evaluator
+
+    exp70 = load_experiment(ROOT / "configs/llama70b-h100x16.yaml")
+    ev = _Evaluator(exp70, AnalyticCostModel.for_experiment(exp70))
+    key = (Mode.COLOCATE, 0, 4, 1, 4, 4)
+    plan = ev.plan(key)
+    assert plan.placement(Role.REFERENCE).pp == 4
+    text = placement_text(plan)
+    assert text == "colocate R16(tp4) T16(tp4,pp4)"
+    assert parse_placement(text, exp70) == plan
+    assert plan_key(plan) == key
+
+
 def test_rule_reward_experiment(exp):
     import dataclasses
 

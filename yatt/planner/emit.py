@@ -152,8 +152,10 @@ def _colocate_plan(plan: Plan) -> Plan:
 
 
 def _no_pp(plan: Plan) -> Plan:
-    places = tuple(dataclasses.replace(p, pp=1) if p.role is Role.TRAINER else p
-                   for p in plan.placements)
+    """DeepSpeed has no pipeline parallelism: neither the actor nor the reference (which the
+    search lays out like the trainer, PP included) keeps a PP."""
+    places = tuple(dataclasses.replace(p, pp=1) if p.role in (Role.TRAINER, Role.REFERENCE)
+                   else p for p in plan.placements)
     return dataclasses.replace(plan, placements=places)
 
 

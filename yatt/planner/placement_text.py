@@ -12,8 +12,8 @@ An optional `,dp<k>` inside the parentheses is checked against devices / (tp x p
 Devices are counts; they are laid out as yatt's modes lay them out (`make_plan`): in
 colocate every role spans the whole cluster; in partial the rollout takes the first R
 devices, the GenRM the next G, and the trainer all of them. The reference (no token) runs
-where the search would put it: on the trainer's devices at the trainer's TP when that is
-an allowed engine TP, else at the rollout's TP.
+where the search would put it: on the trainer's devices at the trainer's TP x PP when
+that TP is an allowed engine TP, else at the rollout's TP.
 """
 from __future__ import annotations
 
@@ -112,17 +112,14 @@ def parse_placement(text: str, exp: Experiment) -> Plan:
         if r + g != n:
             raise _fail(f"R{r} + G{g} = {r + g} devices; in partial the rollout and the GenRM "
                         f"split all {n} devices")
-    rtp, ttp = toks[Role.ROLLOUT].tp, toks[Role.TRAINER].tp
+    rtp, ttp, tpp = toks[Role.ROLLOUT].tp, toks[Role.TRAINER].tp, toks[Role.TRAINER].pp
     gtp = toks[Role.GENRM].tp if Role.GENRM in toks else 1
-    ref_tp = ttp if ttp in exp.search.engine_tps else rtp
+    # the reference mirrors the trainer's TP x PP as the search lays it out
+    ref = (ttp, tpp) if ttp in exp.search.engine_tps else (rtp, 1)
     try:
         plan = make_plan(exp, mode, rollout_devices=r if mode is Mode.PARTIAL else None,
-                         rollout_tp=rtp, genrm_tp=gtp, trainer_tp=ttp, reference_tp=ref_tp)
-        pp = toks[Role.TRAINER].pp
-        if pp > 1:
-            places = tuple(dataclasses.replace(p, pp=pp) if p.role is Role.TRAINER else p
-                           for p in plan.placements)
-            plan = dataclasses.replace(plan, placements=places)
+                         rollout_tp=rtp, genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp,
+                         reference_tp=ref[0], reference_pp=ref[1])
     except InputError as e:
         raise _fail(f"{text.strip()[:80]!r}: {e.message}") from None
     return plan
