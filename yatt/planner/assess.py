@@ -100,6 +100,7 @@ _PARTS: tuple[tuple[str, tuple[Phase, ...]], ...] = (
     (GENERATION, (Phase.ROLLOUT, Phase.GENRM)),
     ("model switching", (Phase.OFFLOAD, Phase.RELOAD)),
     ("reference log-probs", (Phase.REF_LOGPROB,)),
+    ("old log-probs", (Phase.OLD_LOGPROB,)),
     ("training", (Phase.TRAIN,)),
     ("weight sync", (Phase.WEIGHT_SYNC,)),
 )

@@ -32,7 +32,7 @@ from .search import Candidate
 SEEDS = 3
 REGISTRY = "published/published.yaml"
 GENERATION = (Phase.ROLLOUT, Phase.GENRM)
-TRAINING = (Phase.REF_LOGPROB, Phase.TRAIN)  # the trainer's own forward/backward passes
+TRAINING = (Phase.REF_LOGPROB, Phase.OLD_LOGPROB, Phase.TRAIN)  # the trainer's own passes
 
 
 class Confidence(str, Enum):
