@@ -137,6 +137,9 @@ def test_summary_is_plain_json(result):
     assert s["given"]["gap_s"] > 0 and "slower" in s["given"]["why"]
     assert s["cost"]["steps"] == 100 and s["cost"]["price_per_gpu_hour"] == 2.0
     assert len(s["ranking"]) == len(result.ranked) + 1
+    assert s["search"]["trainer_note"] == ""  # the demo's trainer runs no pipeline
+    noted = dataclasses.replace(result, search=dataclasses.replace(result.search, trainer_note="why"))
+    assert noted.summary()["search"]["trainer_note"] == "why"
 
 
 def test_repr_is_one_short_line(result):

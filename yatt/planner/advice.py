@@ -156,7 +156,8 @@ class PlanResult:
             "scaling": [r.as_dict(self.pricing) for r in self.scaling],
             "search": {"simulations": self.search.simulations,
                        "placements": self.search.space_size,
-                       "seconds": round(self.search.seconds, 2), "note": self.search.note},
+                       "seconds": round(self.search.seconds, 2), "note": self.search.note,
+                       "trainer_note": self.search.trainer_note},
         }
         if self.given is not None:
             g = self.given
