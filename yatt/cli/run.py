@@ -69,6 +69,29 @@ def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
     return dataclasses.replace(plan, experiment=exp)
 
 
+def _prepare(plan: Plan, seed: int, steps: int):
+    """The executor's check of the job (models, data, reward, judge) before anything starts."""
+    try:
+        from yatt.exec.env import has_cuda
+        from yatt.exec.job import prepare_job
+    except ImportError as e:
+        raise needs_exec("run", e) from None
+    return prepare_job(plan, seed, steps, cpu=not has_cuda())
+
+
+def _worker_failed(e: Exception) -> int:
+    """One line for a worker that died or raised (its last error and its full log), exit 1;
+    anything else is re-raised."""
+    import sys
+
+    from yatt.exec.worker_errors import describe
+    line = describe(e)
+    if line is None:
+        raise e
+    print(f"yatt run: error: {line}", file=sys.stderr)
+    return 1
+
+
 def resume_command(args: argparse.Namespace, console: Console) -> int:
     """`yatt run --resume RUN_DIR`: continue a run from its newest valid checkpoint."""
     try:
@@ -82,14 +105,17 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     info = read_run_file(run_dir)
     plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
     steps = args.steps if args.steps_given else info["steps"]
+    job = _prepare(plan, info["seed"], steps)
     console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
     try:
         run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
                  progress=not args.no_progress, ray_address=args.address,
-                 controllers=info["controllers"], resume=True)
+                 controllers=info["controllers"], resume=True, job=job)
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {e}", highlight=False)
         return 1
+    except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
+        return _worker_failed(e)
     console.print(f"run dir: {run_dir}")
     return 0
 
@@ -135,13 +161,21 @@ def run_command(args: argparse.Namespace) -> int:
         raise needs_exec("run", e) from None
     plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
+    try:
+        job = _prepare(plan, args.seed, args.steps)
+    except InputError as e:
+        raise e.within(file=str(src)) if not e.file else e from None
     out = Path(args.out)
     try:
         trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
-                         progress=not args.no_progress, ray_address=args.address)
+                         progress=not args.no_progress, ray_address=args.address, job=job)
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
         return 1
+    except InputError:
+        raise
+    except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
+        return _worker_failed(e)
     from yatt.sim.gantt import plot_gantt
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")

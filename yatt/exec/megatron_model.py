@@ -53,7 +53,7 @@ def check_spec_matches(spec: ModelSpec, hf_path: str | Path) -> None:
                              f"{getattr(spec, ours)}", field=ours)
 
 
-def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int):
+def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, bf16: bool = False):
     from megatron.core.transformer.transformer_config import TransformerConfig
     if spec.kv_heads % tp or spec.heads % tp:
         raise InputError(f"TP={tp} must divide heads ({spec.heads}) and kv_heads "
@@ -66,18 +66,20 @@ def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int):
         normalization="RMSNorm", layernorm_epsilon=meta.rms_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, add_bias_linear=False,
         add_qkv_bias=meta.arch is Arch.QWEN2, hidden_dropout=0.0, attention_dropout=0.0,
-        tensor_model_parallel_size=tp, params_dtype=torch.float32, use_cpu_initialization=True,
+        tensor_model_parallel_size=tp, use_cpu_initialization=True,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16,
         bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=False, persist_layer_norm=False,
     )
 
 
-def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu"):
+def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu",
+                    bf16: bool = False):
     """A GPTModel for spec (model-parallel state must already be initialised)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    cfg = transformer_config(spec, meta, tp)
+    cfg = transformer_config(spec, meta, tp, bf16)
     theta = meta.rope_theta
     model = GPTModel(
         config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
