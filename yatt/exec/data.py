@@ -240,7 +240,8 @@ def load_table(path: str, data: DataSpec, enc: PromptEncoder, cap: int, field: s
     key, akey = data.prompt_key, data.answer_key
     for i, r in enumerate(rows):
         if key not in r or r[key] is None:
-            cols = ", ".join(map(str, list(r)[:8]))
+            # (pyarrow gives every row every column; a missing one reads as null)
+            cols = ", ".join(str(k) for k, v in list(r.items())[:8] if v is not None)
             raise InputError(f"row {i}: no {key!r} column (columns: {cols}); allowed: set "
                              "data.prompt_key to the prompt's column", file=path)
         if akey and (akey not in r or r[akey] is None):
