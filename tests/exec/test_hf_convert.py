@@ -4,13 +4,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_ids, run_logits,
-                                       spawn)
+from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_cases, logit_ids,
+                                       qwen3_spec, run_logits, spawn)
 from yatt.exec.hf_convert import (hf_to_megatron, load_hf_state_dict, megatron_to_hf, shard,
                                   unshard)
 from yatt.exec.hf_model import Arch
 
-CASES = [(Arch.QWEN2, load_spec), (Arch.LLAMA, llama_spec)]
+CASES = [(Arch.QWEN2, load_spec), (Arch.LLAMA, llama_spec), (Arch.QWEN3, qwen3_spec)]
 
 
 @pytest.mark.parametrize("arch,spec_fn", CASES)
@@ -50,11 +50,12 @@ def _check_logits(tmp_path, tp):
     spawn(run_logits, tp, {}, tmp_path)
     got = torch.load(tmp_path / "logits.pt")
     diffs = {}
-    for arch, spec_fn in CASES:
-        hf = AutoModelForCausalLM.from_pretrained(built_model(spec_fn(), arch.value)).eval()
+    for label, arch, spec, rope in logit_cases():
+        hf = AutoModelForCausalLM.from_pretrained(built_model(spec, arch, rope_scaling=rope)).eval()
         with torch.no_grad():
             ref = hf(logit_ids()).logits
-        diffs[arch.value] = (got[arch.value] - ref).abs().max().item()
+        diffs[label] = (got[label] - ref).abs().max().item()
+    assert set(diffs) == {"qwen2", "llama", "llama3.1", "qwen3"}
     assert max(diffs.values()) < 1e-5, diffs
     return diffs
 
