@@ -34,7 +34,6 @@ from yatt.core.specs import AlgoSpec, ClusterSpec, LengthDist, ModelSpec, Worklo
 from yatt.core.roles import DistKind
 
 STRATEGIES = {"auto": None, "colocate": Mode.COLOCATE, "partial_colocate": Mode.PARTIAL}
-DATASETS = ("arith",)  # built-in prompt sets the executor can serve
 Dataset = Union[None, str, Path, list]
 RewardFn = Union[None, str, Callable[..., Any]]
 
