@@ -5,6 +5,7 @@ after a resume is the order of an unbroken run)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +20,7 @@ from yatt.core.specs import Workload  # noqa: E402
 from yatt.exec.data import (DataOrder, PromptEncoder, TableSource, check_resume_position,  # noqa: E402
                             load_table, read_rows, steps_check)
 
+ROOT = Path(__file__).resolve().parents[2]
 ROWS = [{"q": f"What is {i} plus {i}?", "a": str(2 * i), "topic": "add"} for i in range(6)]
 CHATML = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
           "{% if add_generation_prompt %}<|assistant|>{% endif %}")
@@ -165,3 +167,21 @@ def test_source_prompts_resume_check_and_epoch_limit(tmp_path, tok):
     changed = TableSource(spec, load_table(p, spec, enc, 64, "data.train"), None, 2)
     with pytest.raises(InputError, match="data: the checkpoint was trained on fingerprint"):
         check_resume_position(saved, changed, 2)
+
+
+@pytest.mark.parametrize("key,package", [("wandb", "wandb"), ("mlflow", "mlflow")])
+def test_trackers_that_are_not_installed_are_refused(key, package, tmp_path):
+    """log.wandb / log.mlflow only when the package is there: otherwise one line, before
+    anything starts (job.prepare_job)."""
+    import dataclasses
+    import importlib.util
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here")
+    from yatt.core.config import load_experiment
+    from yatt.core.jobspec import LogSpec
+    from yatt.exec.job import prepare_job
+    exp = load_experiment(ROOT / "configs" / "demo-learn.yaml")
+    exp = dataclasses.replace(exp, log=LogSpec(**{key: str(tmp_path)}))
+    with pytest.raises(InputError, match=rf"log.{key}: needs the {package} package, which is not "
+                                         "installed"):
+        prepare_job(exp, 0, 2)

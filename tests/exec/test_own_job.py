@@ -105,6 +105,10 @@ def test_example_runs_with_data_reward_judge_and_eval(job, mode):
     exp = load_plan(out / "plan.yaml").experiment
     assert Path(exp.data.train).is_absolute() and exp.reward.function.startswith("/")
     assert exp.genrm_judge.template.startswith("Question: {prompt}")
+    # the plan was made with the data's measured prompt lengths, under the pinned cap
+    from yatt.core.roles import DistKind
+    assert exp.workload.prompt_len.kind is DistKind.EMPIRICAL and exp.data.max_prompt_len == 64
+    assert max(exp.workload.prompt_len.values) <= 64
     assert t.meta.extra["max_model_len"] <= 64 + 16
 
 

@@ -152,8 +152,9 @@ def _job_paths(data: dict, base: Path) -> None:
             rew = {**rew, "function": f"{_abs(mod, base)}:{fn}"}
         data["reward"] = rew
     log = data.get("log")
-    if isinstance(log, dict) and "tensorboard" in log:
-        data["log"] = {**log, "tensorboard": _abs(log["tensorboard"], base)}
+    if isinstance(log, dict):
+        data["log"] = {**log, **{k: _abs(log[k], base) for k in ("tensorboard", "mlflow")
+                                 if k in log}}
     judge = data.get("genrm_judge")
     if isinstance(judge, dict) and "template_file" in judge:
         judge = dict(judge)

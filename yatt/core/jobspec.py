@@ -206,6 +206,8 @@ class JudgeSpec:
 
 @dataclass(frozen=True)
 class LogSpec:
-    """Where step metrics go besides metrics.csv."""
+    """Where step metrics go besides metrics.csv (wandb and MLflow only when installed)."""
 
     tensorboard: str = spec_field("", help="directory for TensorBoard event files")
+    wandb: str = spec_field("", help="Weights & Biases project, logged offline into the run dir")
+    mlflow: str = spec_field("", help="MLflow tracking directory (a local file store)")

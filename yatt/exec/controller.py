@@ -269,8 +269,8 @@ class StepController:
             r = self.results[sid]
             text = self.tok.decode(list(r.token_ids), skip_special_tokens=True)
             p = self.prompts[self._pid(sid)]
-            where = (f"sample {sid} of step {self.step}" + (f" ({p.where})" if p.where else "")
-                     if sid >= 0 else f"eval sample {-sid}" + (f" ({p.where})" if p.where else ""))
+            where = f"sample {sid} of step {self.step}" if sid >= 0 else f"eval sample {-sid}"
+            where += f" ({p.where})" if p.where else ""
             rs = self.rule(p.raw if p.raw is not None else p.text, text, p.row, where)
             self.rule_scores[sid] = rs
             self.correct[sid] = 1.0 if rs.score >= self.cfg.reward.correct_at else 0.0

@@ -8,6 +8,7 @@ the driver; the result (`Job`) is handed to the runner and its controllers.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,7 +16,9 @@ from typing import Any, Callable, Optional
 
 from yatt.core.errors import InputError
 from yatt.core.jobspec import BuiltinReward, Dtype
-from yatt.core.plan import Plan
+from yatt.core.plan import Experiment
+from yatt.core.roles import DistKind
+from yatt.core.specs import LengthDist
 
 from .data import (ArithSource, PromptEncoder, PromptSource, PromptTable, TableSource,
                    load_table, steps_check)
@@ -99,6 +102,7 @@ class Job:
     dtype: Dtype = Dtype.FLOAT32     # what runs (bfloat16 asked on CPU runs float32)
     notes: tuple[str, ...] = ()      # one line each, for the log
     reward_fn: Optional[Callable[..., Any]] = field(default=None, compare=False)
+    prompt_lengths: tuple[int, ...] = ()   # the train prompts' token counts (empty: arith)
 
     @property
     def max_model_len(self) -> int:
@@ -118,14 +122,27 @@ def _tokenizer(path: str, field_name: str):
                          f"{' '.join(str(e).split())[:160]})", file=path, field=field_name) from None
 
 
-def prepare_job(plan: Plan, seed: int, steps: int, cpu: bool = True,
+def prompt_len_dist(job: Job, cap: int) -> Optional[LengthDist]:
+    """The train prompts' token lengths as the simulator's distribution (a histogram), for
+    planning with the real data; None for the built-in task."""
+    if not job.prompt_lengths:
+        return None
+    counts: dict[int, int] = {}
+    for n in job.prompt_lengths:
+        counts[n] = counts.get(n, 0) + 1
+    values = tuple(sorted(counts))
+    return LengthDist(DistKind.EMPIRICAL, min=1, max=max(cap, values[-1]), values=values,
+                      weights=tuple(float(counts[v]) for v in values))
+
+
+def prepare_job(exp: Experiment, seed: int, steps: int, cpu: bool = True,
                 reward_fn: Optional[Callable[..., Any]] = None) -> Job:
     """Check the experiment's models, data, reward and judge; raise InputError (one line)
     for the first problem; return the engines' numbers."""
     from .models import resolve_model
     from .reward import resolve
 
-    exp, wl = plan.experiment, plan.experiment.workload
+    wl = exp.workload
     actor = str(resolve_model(exp.actor, seed))
     acfg = check_architecture(actor, "actor")
     tok = _tokenizer(actor, "actor")
@@ -133,6 +150,7 @@ def prepare_job(plan: Plan, seed: int, steps: int, cpu: bool = True,
     response_cap = wl.response_len.upper()
     notes: list[str] = []
     answers: list[str] = []
+    lengths: tuple[int, ...] = ()
     if exp.data.builtin is not None:
         arith = ArithSource(enc)
         source: PromptSource = arith
@@ -144,6 +162,7 @@ def prepare_job(plan: Plan, seed: int, steps: int, cpu: bool = True,
                                         if exp.data.eval else None)
         source = TableSource(exp.data, train, evals, wl.prompts_per_step)
         prompt_cap = max(t.longest for t in (train, evals) if t is not None)
+        lengths = tuple(len(x) for x in train.ids)
         for t in (train, evals):
             if t is not None and (t.dropped or t.truncated):
                 notes.append(f"{t.path}: {t.dropped} prompts over {cap} tokens dropped, "
@@ -160,12 +179,10 @@ def prepare_job(plan: Plan, seed: int, steps: int, cpu: bool = True,
     if reward_fn is None and exp.rule_reward is not None:
         resolve(exp.rule_reward, "reward.builtin" if isinstance(exp.rule_reward, BuiltinReward)
                 else "reward.function")
-    if exp.log.tensorboard:
-        try:
-            import tensorboardX  # noqa: F401
-        except ImportError:
-            raise InputError("needs the tensorboardX package; allowed: pip install tensorboardX, "
-                             "or drop log.tensorboard", field="log.tensorboard") from None
+    for key, package in (("tensorboard", "tensorboardX"), ("wandb", "wandb"), ("mlflow", "mlflow")):
+        if getattr(exp.log, key) and importlib.util.find_spec(package) is None:
+            raise InputError(f"needs the {package} package, which is not installed; allowed: "
+                             f"pip install {package}, or drop log.{key}", field=f"log.{key}")
     dtype = exp.dtype
     if dtype is Dtype.BFLOAT16 and cpu:
         dtype = Dtype.FLOAT32
@@ -174,13 +191,14 @@ def prepare_job(plan: Plan, seed: int, steps: int, cpu: bool = True,
     job = dict(actor_path=actor, source=source, prompt_cap=prompt_cap, response_cap=response_cap,
                actor_stop=stop_ids(actor, tok, "actor"),
                pad_id=tok.pad_token_id if tok.pad_token_id is not None else stop_ids(actor, tok, "actor")[0],
-               dtype=dtype, notes=tuple(notes), reward_fn=reward_fn, genrm_path="")
+               dtype=dtype, notes=tuple(notes), reward_fn=reward_fn, genrm_path="",
+               prompt_lengths=lengths)
     if exp.algo.reward.needs_genrm:
-        job.update(_judge_numbers(plan, seed, actor, tok, prompt_cap, response_cap, answers))
+        job.update(_judge_numbers(exp, seed, actor, tok, prompt_cap, response_cap, answers))
     return Job(**job)
 
 
-def _judge_numbers(plan: Plan, seed: int, actor: str, actor_tok: Any, prompt_cap: int,
+def _judge_numbers(exp: Experiment, seed: int, actor: str, actor_tok: Any, prompt_cap: int,
                    response_cap: int, answers: list[str]) -> dict:
     """The GenRM's path, stop ids, verdict budget and judging-prompt cap: the template's
     own tokens (chat-wrapped, measured) plus the prompt and response (the actor's tokens;
@@ -188,7 +206,6 @@ def _judge_numbers(plan: Plan, seed: int, actor: str, actor_tok: Any, prompt_cap
     from .genrm import judge_ids
     from .models import resolve_model
 
-    exp = plan.experiment
     genrm = str(resolve_model(exp.genrm, seed))
     gcfg = check_architecture(genrm, "genrm")
     gtok = _tokenizer(genrm, "genrm")

@@ -143,7 +143,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     cpu = not has_cuda()
     apply_local_env(cpu)
     if job is None:
-        job = prepare_job(plan, seed, steps, cpu, reward_fn)
+        job = prepare_job(plan.experiment, seed, steps, cpu, reward_fn)
     for note in job.notes:
         log(note)
     if state is not None:
@@ -165,7 +165,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     bar = Progress(steps - start, f"yatt run {plan.describe()}", progress)
     started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
     placement = actors = ctl = None
-    tracker = Tracker(plan.experiment.log, plan.experiment.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
     step = start
     try:
         exp = plan.experiment
