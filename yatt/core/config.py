@@ -16,6 +16,7 @@ import yaml
 from . import catalog
 from .errors import InputError
 from .hfspec import model_spec_from_hf
+from .jobspec import ChatTemplate
 from .plan import Experiment, Plan
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
@@ -142,7 +143,8 @@ def _job_paths(data: dict, base: Path) -> None:
         for key in ("train", "eval"):
             if key in sec:
                 sec[key] = _abs(sec[key], base)
-        if isinstance(sec.get("chat_template"), str) and sec["chat_template"] not in ("auto", "none"):
+        modes = {m.value for m in ChatTemplate}
+        if isinstance(sec.get("chat_template"), str) and sec["chat_template"] not in modes:
             sec["chat_template"] = _abs(sec["chat_template"], base)
         data["data"] = sec
     rew = data.get("reward")

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from yatt.core.errors import InputError
-from yatt.core.jobspec import DataSpec, OnLong
+from yatt.core.jobspec import ChatTemplate, DataSpec, OnLong
 from yatt.core.schema import show
 from yatt.core.specs import Workload
 
@@ -154,7 +154,7 @@ class PromptEncoder:
             except (OSError, UnicodeDecodeError) as e:
                 raise InputError(f"cannot read the chat template {p} ({type(e).__name__})",
                                  field="data.chat_template") from None
-        elif mode.value == "auto":
+        elif mode is ChatTemplate.AUTO:
             self.template = getattr(tok, "chat_template", None) or None
         else:
             self.template = None

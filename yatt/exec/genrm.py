@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Optional, Union
 
-from yatt.core.jobspec import DEFAULT_JUDGE_TEMPLATE, JudgeSpec, VerdictParser
+from yatt.core.jobspec import DEFAULT_JUDGE_TEMPLATE, ChatTemplate, JudgeSpec, VerdictParser
 from yatt.core.roles import RewardSource
 
 from .rollout import EngineConfig, EngineServer, GenRequest, GenResult
@@ -176,7 +176,7 @@ class JudgeConfig:
                   max_tokens: int, max_prompt_tokens: int) -> "JudgeConfig":
         return cls(actor_tokenizer, genrm_tokenizer, max_tokens, spec.template,
                    make_parser(spec), max_prompt_tokens, spec.temperature,
-                   spec.chat_template.value == "auto")
+                   spec.chat_template is ChatTemplate.AUTO)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from yatt.core.errors import InputError
-from yatt.core.jobspec import BuiltinReward, Dtype
+from yatt.core.jobspec import BuiltinReward, ChatTemplate, Dtype
 from yatt.core.plan import Experiment
 from yatt.core.roles import DistKind
 from yatt.core.specs import LengthDist
@@ -210,7 +210,8 @@ def _judge_numbers(exp: Experiment, seed: int, actor: str, actor_tok: Any, promp
     gcfg = check_architecture(genrm, "genrm")
     gtok = _tokenizer(genrm, "genrm")
     spec = exp.genrm_judge
-    chat = (getattr(gtok, "chat_template", None) or None) if spec.chat_template.value == "auto" else None
+    chat = ((getattr(gtok, "chat_template", None) or None)
+            if spec.chat_template is ChatTemplate.AUTO else None)
     overhead = len(judge_ids(gtok, spec.template, chat, "", "", ""))
     same = _same_tokenizer(actor, genrm)
     answer_cap = max((len(gtok.encode(a, add_special_tokens=False)) for a in answers), default=0)

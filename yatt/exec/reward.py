@@ -22,6 +22,7 @@ import re
 import sys
 import threading
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Union
 
@@ -142,6 +143,12 @@ def _quiet_math_verify() -> None:
 
 
 # ---- calling ---------------------------------------------------------------------------
+class _Outcome(Enum):
+    RETURNED = "returned"
+    RAISED = "raised"
+    TIMED_OUT = "timed out"
+
+
 class _Worker:
     """One daemon thread that runs calls; a call past its timeout abandons the thread
     (it cannot be killed) and the next call gets a fresh one. Daemon: a hung user function
@@ -155,17 +162,17 @@ class _Worker:
         while True:
             fn, box, done = self.jobs.get()
             try:
-                box.append(("ok", fn()))
+                box.append((_Outcome.RETURNED, fn()))
             except BaseException as e:  # noqa: BLE001 - reported to the caller
-                box.append(("err", e))
+                box.append((_Outcome.RAISED, e))
             done.set()
 
-    def call(self, fn: Callable[[], Any], timeout: float) -> tuple[str, Any]:
+    def call(self, fn: Callable[[], Any], timeout: float) -> tuple[_Outcome, Any]:
         box: list = []
         done = threading.Event()
         self.jobs.put((fn, box, done))
         if not done.wait(timeout):
-            return "timeout", None
+            return _Outcome.TIMED_OUT, None
         return box[0]
 
 
@@ -194,11 +201,11 @@ class RuleReward:
             self._worker = _Worker()
         status, value = self._worker.call(lambda: self.fn(prompt, response, **kw),
                                           self.spec.timeout_s)
-        if status == "timeout":
+        if status is _Outcome.TIMED_OUT:
             self._worker = None
             return self._fail(sample, f"did not return within reward.timeout_s="
                                       f"{self.spec.timeout_s:g} s")
-        if status == "err":
+        if status is _Outcome.RAISED:
             return self._fail(sample, f"raised {_why(value)}")
         return self._check(value, sample)
 
