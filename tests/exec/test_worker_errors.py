@@ -34,3 +34,11 @@ def test_other_errors_are_not_worker_failures():
 def test_log_path_without_a_session(monkeypatch):
     monkeypatch.setattr(worker_errors, "session_logs", lambda: None)
     assert worker_errors.log_file(7) == "the Ray session's logs folder"
+
+
+def test_a_dead_actor_says_it_died(monkeypatch):
+    from ray.exceptions import ActorDiedError
+    monkeypatch.setattr(worker_errors, "session_logs", lambda: None)
+    line = worker_errors.describe(ActorDiedError())
+    assert line.startswith("a worker (pid None) died: The actor died unexpectedly")
+    assert line.endswith("full log: the Ray session's logs folder") and "\n" not in line

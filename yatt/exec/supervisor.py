@@ -38,6 +38,7 @@ from yatt.core.specs import CheckpointSpec
 from . import checkpoint as ckpt
 from .controller import StepController
 from .rayutil import get_all
+from .worker_errors import describe
 
 
 class RunAborted(RuntimeError):
@@ -284,11 +285,14 @@ class Supervisor:
             role, dead = self._dead
         self._dead = None
         self.counters.restarts += 1
+        why = describe(e)
         self.log(f"step {step}: {role} actor died ({type(e).__name__}); restarting it and "
-                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})")
+                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})"
+                 + (f"; {why}" if why else ""))
         if self.counters.restarts > self.spec.max_restarts:
             raise RunAborted(f"stopping: actor failures exceeded checkpoint.max_restarts="
-                             f"{self.spec.max_restarts} (last: {role} at step {step}: {e})") from e
+                             f"{self.spec.max_restarts} (last: {role} at step {step}: "
+                             f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
         self.ctl.call(StepController.shutdown)            # drop the step's queues
         trainers = self.actors.trainers

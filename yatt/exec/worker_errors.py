@@ -44,7 +44,15 @@ def _last_error(traceback_str: str) -> str:
 
 
 def describe(e: BaseException) -> Optional[str]:
-    """The one line for a Ray worker failure, or None when `e` is not one."""
+    """The one line for a Ray worker failure, or None when `e` is not one (or cannot be
+    read: this runs inside fault recovery, which must not fail on a message)."""
+    try:
+        return _describe(e)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def _describe(e: BaseException) -> Optional[str]:
     try:
         from ray.exceptions import ActorDiedError, RayTaskError
     except ImportError:
