@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from tests.exec._tolerance import logit_tol
-from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_ids, run_logits,
-                                       spawn)
+from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_cases, logit_ids,
+                                       qwen3_spec, run_logits, spawn)
 from yatt.exec.hf_convert import (hf_to_megatron, load_hf_state_dict, megatron_to_hf, shard,
                                   unshard)
 from yatt.exec.hf_model import Arch
 
-CASES = [(Arch.QWEN2, load_spec), (Arch.LLAMA, llama_spec)]
+CASES = [(Arch.QWEN2, load_spec), (Arch.LLAMA, llama_spec), (Arch.QWEN3, qwen3_spec)]
 
 
 @pytest.mark.parametrize("arch,spec_fn", CASES)
@@ -51,14 +51,15 @@ def _check_logits(tmp_path, tp):
     spawn(run_logits, tp, {}, tmp_path)
     got = torch.load(tmp_path / "logits.pt")
     diffs = {}
-    for arch, spec_fn in CASES:
-        hf = AutoModelForCausalLM.from_pretrained(built_model(spec_fn(), arch.value)).eval()
+    for label, arch, spec, rope in logit_cases():
+        hf = AutoModelForCausalLM.from_pretrained(built_model(spec, arch, rope_scaling=rope)).eval()
         with torch.no_grad():
             ref = hf(logit_ids()).logits
-        diffs[arch.value] = (got[arch.value] - ref).abs().max().item()
+        diffs[label] = (got[label] - ref).abs().max().item()
         # the same logits by other kernels (and TP shards): within the forward's rounding
-        tol = logit_tol(spec_fn(), logit_ids().shape[1], ref.abs().max().item())
-        assert diffs[arch.value] <= tol, (arch.value, diffs[arch.value], tol)
+        tol = logit_tol(spec, logit_ids().shape[1], ref.abs().max().item())
+        assert diffs[label] <= tol, (label, diffs[label], tol)
+    assert set(diffs) == {"qwen2", "llama", "llama3.1", "qwen3"}
     return diffs
 
 

@@ -11,7 +11,7 @@ from typing import Optional
 
 from .errors import InputError
 from .plan import Experiment, Plan, RolePlacement
-from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
+from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, Role
 
 
 def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[int] = None,
@@ -31,7 +31,7 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     """
     n = experiment.cluster.num_gpus
     everything = tuple(range(n))
-    has_genrm = experiment.algo.reward is RewardSource.GENRM
+    has_genrm = experiment.algo.reward.needs_genrm
     if mode is Mode.PARTIAL and has_genrm:
         r = n // 2 if rollout_devices is None else rollout_devices
         if not 0 < r < n:

@@ -7,12 +7,14 @@ trace records. A Plan is self-contained: it embeds the Experiment it was made fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from .errors import InputError
 from .prediction import Prediction
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
+from .jobspec import (ARITH_DATA, BuiltinData, BuiltinReward, DataSpec, Dtype, JudgeSpec, LogSpec,
+                      RewardSpec)
 from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
 
 
@@ -65,11 +67,39 @@ class Experiment:
     engine: EngineSpec = spec_field(EngineSpec(), help="inference engine settings")
     search: SearchSpec = spec_field(SearchSpec(), help="what the planner may choose from")
     checkpoint: CheckpointSpec = spec_field(CheckpointSpec(), help="checkpoints and fault handling")
+    # the user's own job (core/jobspec.py; docs/own-job.md)
+    data: DataSpec = spec_field(ARITH_DATA, help="prompts to train on: a dataset file or the "
+                                                 "built-in arith task")
+    reward: RewardSpec = spec_field(RewardSpec(), help="the rule reward: a function or a built-in, "
+                                                       "and how it mixes with the GenRM")
+    genrm_judge: JudgeSpec = spec_field(JudgeSpec(), help="how the GenRM is asked and how its verdict is read")
+    log: LogSpec = spec_field(LogSpec(), help="where metrics are logged besides metrics.csv")
+    dtype: Dtype = spec_field(Dtype.FLOAT32, help="weights and engines: float32 | bfloat16 "
+                                                  "(bfloat16 runs float32 on CPU)")
 
     def __post_init__(self) -> None:
-        if self.algo.reward is RewardSource.GENRM and self.genrm is None:
-            raise InputError("algo.reward is 'genrm' but no genrm model is given; "
-                             "allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward.needs_genrm and self.genrm is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but no genrm model is "
+                             "given; allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward is not RewardSource.GENRM and self.rule_reward is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but there is no rule to "
+                             "score with; allowed: reward.function, reward.builtin, or "
+                             "data.answer_key (exact_match)", field="reward")
+
+    @property
+    def rule_reward(self) -> Union[str, BuiltinReward, None]:
+        """The rule reward this experiment scores with: reward.function or reward.builtin,
+        else first_integer for builtin arith data, exact_match when data has an answer_key,
+        else None (then the reward is the GenRM's alone and there is no accuracy metric)."""
+        if self.reward.function:
+            return self.reward.function
+        if self.reward.builtin is not None:
+            return self.reward.builtin
+        if self.data.builtin is BuiltinData.ARITH:
+            return BuiltinReward.FIRST_INTEGER
+        if self.data.answer_key:
+            return BuiltinReward.EXACT_MATCH
+        return None
 
 
 @dataclass(frozen=True)
@@ -141,7 +171,7 @@ class Plan:
                 raise InputError(f"role {r.value} is placed twice (first at placements"
                                  f"[{roles.index(r)}])", field=f"placements[{i}].role")
         needed = [Role.ROLLOUT, Role.TRAINER]
-        if self.experiment.algo.reward is RewardSource.GENRM:
+        if self.experiment.algo.reward.needs_genrm:
             needed.append(Role.GENRM)
         if self.experiment.algo.use_reference:
             needed.append(Role.REFERENCE)

@@ -66,8 +66,14 @@ class DistKind(str, Enum):
 
 
 class RewardSource(str, Enum):
-    GENRM = "genrm"
-    RULE = "rule"
+    GENRM = "genrm"          # the GenRM's verdict
+    RULE = "rule"            # the rule reward (`reward:` section)
+    WEIGHTED = "weighted"    # reward.rule_weight * rule + reward.genrm_weight * GenRM
+
+    @property
+    def needs_genrm(self) -> bool:
+        """Whether this source asks a GenRM engine (and so needs a genrm model)."""
+        return self is not RewardSource.RULE
 
 
 class AlgoName(str, Enum):

@@ -324,8 +324,8 @@ class CheckpointSpec:
 
     Saves happen after a step completes: every `every_steps` steps, when `every_minutes`
     have passed since the last save, and after each step listed in `at_steps` (0 turns a
-    trigger off). The trainer's write is asynchronous; `keep_last` sealed checkpoints are
-    kept. A dead actor is restarted up to `max_restarts` times per run and the step is
+    trigger off), and after the run's last step unless `final` is false. The trainer's
+    write is asynchronous; `keep_last` sealed checkpoints are kept. A dead actor is restarted up to `max_restarts` times per run and the step is
     redone; `max_nonfinite_steps` consecutive steps with a non-finite loss or gradient
     stop the run.
     """
@@ -339,6 +339,7 @@ class CheckpointSpec:
                                              "training goes on")
     max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
+    final: bool = True   # also save after the last step (what `yatt export` reads)
 
     @property
     def any_trigger(self) -> bool:

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import simpy
 
-from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role,
+from yatt.core import (CostModel, InputError, Phase, Plan, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
@@ -68,7 +68,7 @@ class _Run:
                  recorded: Optional[dict[int, list[SampleRecord]]]) -> None:
         self.plan, self.w, self.cost, self.seed, self.recorded = plan, w, cost, seed, recorded
         algo = plan.experiment.algo
-        self.has_genrm = algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
+        self.has_genrm = algo.reward.needs_genrm and plan.has(Role.GENRM)
         self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
                                    reference=algo.use_reference and plan.has(Role.REFERENCE),
                                    old_logprobs=algo.old_logprobs)
