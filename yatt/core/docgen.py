@@ -17,6 +17,7 @@ import typing
 from enum import Enum
 from typing import Any, Sequence, Union
 
+from .jobspec import DataSpec, JudgeSpec, LogSpec, RewardSpec
 from .plan import Experiment, Plan, RolePlacement, SearchSpec
 from .prediction import PhaseSeconds, Prediction, RoleMemory
 from .specs import (AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, GpuSpec, LengthDist,
@@ -49,6 +50,10 @@ CORE_SECTIONS: tuple[Section, ...] = (
     Section("`engine`", EngineSpec),
     Section("`search`", SearchSpec),
     Section("`checkpoint`", CheckpointSpec),
+    Section("`data`", DataSpec, "The user's prompts; see docs/own-job.md."),
+    Section("`reward`", RewardSpec, "The rule reward and how it mixes with the GenRM (`algo.reward`)."),
+    Section("`genrm_judge`", JudgeSpec, "How the GenRM is asked and how its verdict is read."),
+    Section("`log`", LogSpec),
     Section("`plan.yaml` (top level)", Plan,
             "`yatt plan` writes it; `yatt run PLAN` runs it as written."),
     Section("`plan.yaml` `placements[]`", RolePlacement),

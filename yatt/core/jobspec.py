@@ -77,7 +77,7 @@ class DataSpec:
     """Where prompts come from. `train`/`eval`: a .jsonl, .json or .parquet file, or a
     directory written by `datasets`' `save_to_disk`. Or `builtin: arith`."""
 
-    builtin: Optional[BuiltinData] = None
+    builtin: Optional[BuiltinData] = spec_field(None, help="a built-in prompt set instead of files: arith")
     train: str = spec_field("", help="prompt file or save_to_disk directory")
     eval: str = spec_field("", help="held-out prompts, same format (with eval_every)")
     prompt_key: str = spec_field("prompt", help="column holding a string or a chat message list")
@@ -86,7 +86,8 @@ class DataSpec:
     system_prompt: str = spec_field("", help="system message (plain text: a first line)")
     max_prompt_len: int = spec_field(0, ge=0, help="prompt token cap; 0 = the workload's "
                                                    "prompt_len cap")
-    on_long: OnLong = OnLong.DROP
+    on_long: OnLong = spec_field(OnLong.DROP, help="a prompt over max_prompt_len: drop it (counted), "
+                                                   "truncate it, or fail")
     shuffle_seed: Optional[int] = spec_field(0, help="per-epoch shuffle seed; null = file order")
     epochs: int = spec_field(0, ge=0, help="passes over train the run may take; 0 = no limit")
     eval_every: int = spec_field(0, ge=0, help="evaluate at every N-th step (0 = never)")
@@ -132,12 +133,14 @@ class RewardSpec:
     or a dict with a float `score` and other floats that are logged. Or `builtin`. Neither:
     first_integer for builtin arith data, exact_match when data has an answer_key."""
 
-    function: str = ""
-    builtin: Optional[BuiltinReward] = None
+    function: str = spec_field("", help="'pkg.module:fn' or 'path/to/file.py:fn', called as "
+                                         "fn(prompt, response, **row)")
+    builtin: Optional[BuiltinReward] = spec_field(None, help="a built-in rule instead of a function")
     rule_weight: float = spec_field(0.5, ge=0, help="weighted: the rule score's weight")
     genrm_weight: float = spec_field(0.5, ge=0, help="weighted: the GenRM score's weight")
     timeout_s: float = spec_field(10.0, gt=0, help="per call")
-    on_error: OnError = OnError.FAIL
+    on_error: OnError = spec_field(OnError.FAIL, help="a call that raises, returns NaN or times out: "
+                                                      "fail the run, or score 0 (counted)")
     correct_at: float = spec_field(0.5, help="a rule score >= this counts as correct "
                                              "(accuracy, eval_accuracy)")
 
@@ -160,15 +163,18 @@ class JudgeSpec:
     one and `chat_template` is auto. Unparseable verdicts score `fallback` and are counted
     (metrics.csv `genrm_parse_fail`)."""
 
-    template: str = DEFAULT_JUDGE_TEMPLATE
-    chat_template: ChatTemplate = ChatTemplate.AUTO
-    parser: VerdictParser = VerdictParser.SCORE
+    template: str = spec_field(DEFAULT_JUDGE_TEMPLATE, help="format string with {prompt}, {response}, "
+                                                          "{answer} (or template_file: a path)")
+    chat_template: ChatTemplate = spec_field(ChatTemplate.AUTO, help="auto: wrap in the GenRM's chat "
+                                                                     "template when it has one; none: raw")
+    parser: VerdictParser = spec_field(VerdictParser.SCORE, help="how the verdict is read: score: X, "
+                                                                 "yes/no, \\boxed{}, or regex")
     regex: str = spec_field("", help="parser regex: a pattern with a named group `score`")
     max_tokens: int = spec_field(0, ge=0, help="verdict token budget; 0 = from the workload's "
                                                "genrm_output_len")
-    temperature: float = spec_field(0.0, ge=0)
+    temperature: float = spec_field(0.0, ge=0, help="verdict sampling temperature (0: greedy)")
     score_min: float = spec_field(0.0, help="scores are clipped to [score_min, score_max]")
-    score_max: float = spec_field(10.0)
+    score_max: float = spec_field(10.0, help="upper clip of a parsed score")
     fallback: float = spec_field(0.0, help="score of an unparseable verdict")
 
     def __post_init__(self) -> None:

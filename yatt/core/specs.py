@@ -339,7 +339,7 @@ class CheckpointSpec:
                                              "training goes on")
     max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
-    final: bool = True   # also save after the last step (what `yatt export` reads)
+    final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")
 
     @property
     def any_trigger(self) -> bool:
