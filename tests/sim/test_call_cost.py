@@ -27,9 +27,23 @@ class CallPricey(FakeCostModel):
 
 
 def test_streamed_hand_offs_and_batch_calls_cost_their_engines():
-    a, b = extension_pair(FakeCostModel(), CallPricey(), "engine_call_time")
-    assert phase_busy(b, Phase.GENRM) > phase_busy(a, Phase.GENRM) + 0.02
-    assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT)
+    """Partial, 8 prompts x 4 on 4 rollout engines: round 0 goes out as one batch call per
+    rollout engine (8 requests each), and each streamed hand-off is one call to the GenRM
+    engine that receives it. With the GenRM's own work free, its engines are busy exactly
+    while they pay those calls."""
+    free, priced = FakeCostModel(genrm_scale=0.0), CallPricey(genrm_scale=0.0)
+    a, b = extension_pair(free, priced, "engine_call_time")
+    w = workload(8, 4, resp=100)
+    engines = len(make_plan(experiment(w), Mode.PARTIAL, rollout_devices=4)
+                  .placement(Role.ROLLOUT).groups())
+    per_engine = w.samples_per_step // engines
+    rollout_grown = phase_busy(b, Phase.ROLLOUT) - phase_busy(a, Phase.ROLLOUT)
+    assert rollout_grown == pytest.approx(engines * (priced.a + priced.b * per_engine), rel=1e-9)
+    # one hand-off per finishing instant (the 32 samples' lengths all differ: one each)
+    handoffs = len({s.rollout_end_s for s in b.samples})
+    assert handoffs == w.samples_per_step
+    assert phase_busy(a, Phase.GENRM) == 0.0
+    assert phase_busy(b, Phase.GENRM) == pytest.approx(handoffs * (priced.a + priced.b), rel=1e-9)
 
 
 def test_a_colocate_batch_pays_one_call_per_engine():

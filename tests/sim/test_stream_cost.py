@@ -2,6 +2,8 @@
 batch it hands to the GenRM queue (partial colocate). Colocate does not stream."""
 from dataclasses import dataclass
 
+import pytest
+
 from fakecost import FakeCostModel
 from helpers import experiment, extension_pair, phase_busy, workload
 from yatt.core import Mode, Phase
@@ -19,9 +21,16 @@ class HandoffCost(FakeCostModel):
 
 
 def test_handoff_slows_partial_rollout_only():
+    """Each engine step that finishes requests hands them to the GenRM queue once; the queue
+    has room throughout, so every hand-off blocks its engine for exactly `handoff_s`, inside
+    the engine's busy time."""
     free, slow = FakeCostModel(), HandoffCost()
     a, b = extension_pair(free, slow, "stream_handoff_time")
-    assert phase_busy(b, Phase.ROLLOUT) > phase_busy(a, Phase.ROLLOUT) + 0.5
+    # hand-offs = distinct finishing instants (the 32 samples' lengths all differ here)
+    handoffs = len({s.rollout_end_s for s in b.samples})
+    assert handoffs == len(b.samples) == 32
+    grown = phase_busy(b, Phase.ROLLOUT) - phase_busy(a, Phase.ROLLOUT)
+    assert grown == pytest.approx(slow.handoff_s * handoffs, rel=1e-9)
     w = workload(8, 4, resp=100)
     col = make_plan(experiment(w), Mode.COLOCATE)
     assert simulate(col, w, free, 3).step_times() == simulate(col, w, slow, 3).step_times()
