@@ -122,6 +122,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank()}
     if opts.get("save_hf"):
         res["hf"] = tr.hf_state_dict()
+        res["logprobs_after"] = tr.logprobs(batch.input_ids, batch.prompt_lens)
     if opts.get("nan_step"):
         bad = dc.replace(batch, advantages=(float("nan"),) * len(batch.advantages))
         res["nan_metrics"] = tr.train_step(bad)

@@ -84,11 +84,27 @@ def test_logprobs_match_transformers(tp1_run):
     assert diff <= tol, (diff, tol)   # Megatron's kernels against transformers': rounding only
 
 
-def test_hf_state_dict_loads_in_transformers(tp1_run, tmp_path):
+def test_hf_state_dict_loads_in_transformers(tp1_run):
+    """The exported weights are the trained ones under transformers' names: loaded into the
+    HF model they give the trainer's own post-training log-probs, which moved away from the
+    starting weights' by more than the rounding tolerance."""
     from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(built_model(load_spec()))
+    model = AutoModelForCausalLM.from_pretrained(built_model(load_spec()), dtype=torch.float32)
     missing, unexpected = model.load_state_dict(tp1_run["hf"], strict=False)
     assert not unexpected and set(missing) <= {"lm_head.weight"}  # tied
+    model.tie_weights()
+    b = make_batch(0)
+    got = []
+    with torch.no_grad():
+        for ids, p in zip(b.input_ids, b.prompt_lens):
+            lp = model(torch.tensor([ids])).logits[0].float().log_softmax(-1)
+            got.append([lp[t - 1, ids[t]].item() for t in range(p, len(ids))])
+    want = tp1_run["logprobs_after"]
+    width = max(len(x) for x in b.input_ids)
+    tol = logprob_tol(load_spec(), width, max(abs(a) for x in want for a in x))
+    diff = lambda u, v: max(abs(a - c) for x, y in zip(u, v) for a, c in zip(x, y))  # noqa: E731
+    assert diff(got, want) <= tol, (diff(got, want), tol)
+    assert diff(want, tp1_run["logprobs0"]) > 10 * tol     # the loaded weights are trained ones
 
 
 @pytest.mark.slow
