@@ -46,13 +46,10 @@ def test_ldm_beats_lpt_classic_case():
     assert b.max_load(costs, b.greedy(costs, 2)) == 17
 
 
-def test_ldm_large_input_is_fast_and_balanced():
-    import time
+def test_ldm_large_input_is_balanced():
     import numpy as np
     costs = np.random.default_rng(0).lognormal(7, 0.8, 16384).tolist()
-    t = time.perf_counter()
     bins = b.karmarkar_karp(costs, 64)
-    assert time.perf_counter() - t < 2.0
     _valid(bins, len(costs), 64)
     assert b.imbalance(costs, bins) < 1.001
 

@@ -2,10 +2,12 @@
 
 Slow (a local Ray session with two worker actors that each start vLLM and a Megatron
 trainer: ~1-3 minutes).
-It checks the mechanics and that every op was timed, not the ratios: those depend on the
-box's load (docs/fidelity.md)."""
+It checks the mechanics and that every op was timed (a finite, non-negative number of
+seconds), not how fast: speeds and ratios depend on the box's load (docs/fidelity.md) and
+are measured by bench/, never asserted here."""
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -75,7 +77,7 @@ def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
     ticks = []
     got = mbe.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (2, 1), reps=1,
                          max_num_seqs=8, mem_util=0.5, tick=ticks.append)
-    assert len(got) == 2 and all(0 < t < 10 for t in got)
+    assert len(got) == 2 and all(0 < t < math.inf for t in got)
     with pytest.raises(ValueError, match="engine counts"):
         mbe.sync_times(exp.actor, mb.model_path(exp.actor), "cpu", (0,), 1, 8, 0.5)
     ec = engine_contention(exp, "cpu", (2,), rounds=1, tick=ticks.append)
@@ -98,11 +100,11 @@ def test_call_overhead_is_timed_on_the_executors_engine_actors():
                                   max_num_seqs=16, sizes=(2, 8), tick=ticks.append,
                                   judge=mbe.JudgeSetup(mb.model_path(exp.actor),
                                                        exp.actor.vocab, 4))
-    assert [n for n, _ in got] == [2, 8] and all(0 <= t < 2 for _, t in got)
+    assert [n for n, _ in got] == [2, 8] and all(0 <= t < math.inf for _, t in got)
     # the rollout engine's own call (EngineServer.generate), seeded requests
     roll = mbe.call_overhead_times(exp.actor, mb.model_path(exp.actor), "cpu", reps=1,
                                    max_num_seqs=16, sizes=(4,), tick=ticks.append)
-    assert [n for n, _ in roll] == [4] and 0 <= roll[0][1] < 2
+    assert [n for n, _ in roll] == [4] and 0 <= roll[0][1] < math.inf
     assert ticks == [f"{exp.genrm.name}: engine call overhead",
                      f"{exp.actor.name}: engine call overhead"]
 
@@ -119,4 +121,4 @@ def test_stream_handoff_is_timed_on_a_real_engine_actor():
     ticks = []
     s = mbe.handoff_time(mb.model_path(exp.actor), exp.actor.vocab, reps=2, requests=8,
                          tick=ticks.append)
-    assert 0.0 <= s < 0.1 and ticks == ["stream hand-off"]
+    assert 0.0 <= s < math.inf and ticks == ["stream hand-off"]
