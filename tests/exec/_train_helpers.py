@@ -119,7 +119,8 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         batch = dc.replace(batch, ref_logprobs=tuple(tuple(x - 0.01 for x in r) for r in lp0))
     metrics = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     res = {"metrics": metrics, "logprobs0": lp0, "checksum": tr.param_checksum(),
-           "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank()}
+           "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
+           "cuda": torch.cuda.is_available()}
     if opts.get("save_hf"):
         res["hf"] = tr.hf_state_dict()
         res["logprobs_after"] = tr.logprobs(batch.input_ids, batch.prompt_lens)

@@ -47,13 +47,16 @@ def test_mode_maps_cuda_factories_to_cpu():
 
 
 @pytest.mark.slow
-def test_cpu_smoke_train_clip_checkpoint(tmp_path):
-    """Forward/backward, distributed optimizer step with clipping, dist_checkpointing save+load."""
-    assert not torch.cuda.is_available()
+def test_cpu_smoke_train_clip_checkpoint(tmp_path, monkeypatch):
+    """Forward/backward, distributed optimizer step with clipping, dist_checkpointing save+load.
+    The trainer process sees no CUDA device, also on a CUDA host: a CUDA-only call then
+    fails there instead of silently running on the GPU."""
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     ckpt = tmp_path / "ckpt"
     spawn(run_trainer, 1, {"tp": 1, "dp": 1, "steps": 2, "distributed_optimizer": True,
                            "ckpt_dir": str(ckpt)}, tmp_path)
     res = torch.load(tmp_path / "rank0.pt", weights_only=False)
+    assert res["cuda"] is False
     assert all(m["skipped"] == 0.0 for m in res["metrics"])
     assert res["metrics"][0]["grad_norm"] > 1.0  # clip_grad=1.0 => the clip path ran
     assert (ckpt / "metadata.json").exists()
