@@ -3,11 +3,14 @@ objects the CLI does, and rejects bad arguments with one clear line."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 import yatt
 from yatt.core import InputError, Mode, RewardSource
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _hf_dir(tmp_path, **over):
@@ -19,7 +22,7 @@ def _hf_dir(tmp_path, **over):
 
 
 def test_trainer_reads_hf_config_and_plans(tmp_path):
-    t = yatt.Trainer(actor_model=_hf_dir(tmp_path), reward_model="configs/model/tiny-genrm.yaml")
+    t = yatt.Trainer(actor_model=_hf_dir(tmp_path), reward_model=str(ROOT / "configs" / "model" / "tiny-genrm.yaml"))
     assert t.actor.layers == 2 and t.actor.dim_head == 32 and t.actor.hf_path
     exp = t.experiment(batch_size=8)
     assert exp.algo.reward is RewardSource.GENRM and exp.workload.prompts_per_step == 8
@@ -59,7 +62,7 @@ def test_hf_config_missing_fields(tmp_path):
 
 # ---- yatt.plan(): `yatt plan` for scripts ----------------------------------------------------
 
-DEMO = "configs/demo-cpu.yaml"
+DEMO = str(ROOT / "configs" / "demo-cpu.yaml")
 
 
 def test_plan_api_scores_a_placement_and_prices_runs(tmp_path):

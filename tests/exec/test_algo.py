@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,8 @@ from yatt.core.errors import InputError  # noqa: E402
 from yatt.core.schema import from_dict  # noqa: E402
 from yatt.core.specs import AlgoSpec, KLEstimator, LrSchedule  # noqa: E402
 from yatt.exec import algo  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
 
 T = torch.tensor
 
@@ -145,5 +148,5 @@ def test_algo_spec_new_fields_and_backward_compat():
         from_dict(AlgoSpec, {"dual_clip": 0.5})
     with pytest.raises(InputError, match="kl_estimator"):
         from_dict(AlgoSpec, {"kl_estimator": "k2"})
-    for cfg in ("configs/demo-cpu.yaml", "configs/default.yaml"):
-        load_experiment(cfg)
+    for cfg in ("demo-cpu.yaml", "default.yaml"):
+        load_experiment(ROOT / "configs" / cfg)
