@@ -8,12 +8,14 @@ from yatt.exec import faults
 
 
 def test_parse():
-    fs = faults.parse("rollout.exit@2, trainer.nan@3+")
-    assert fs == (faults.Fault("rollout", "exit", 2), faults.Fault("trainer", "nan", 3, True))
+    fs = faults.parse("rollout.exit@2, trainer.nan@3+, reference.exit@1")
+    assert fs == (faults.Fault("rollout", "exit", 2), faults.Fault("trainer", "nan", 3, True),
+                  faults.Fault("reference", "exit", 1))
 
 
 @pytest.mark.parametrize("bad", ["rollout.exit", "rollout.exit@x", "judge.exit@1",
-                                 "rollout.boom@1", "rollout.nan@1", "trainer.exit@0"])
+                                 "rollout.boom@1", "rollout.nan@1", "reference.nan@1",
+                                 "trainer.exit@0"])
 def test_parse_rejects_with_the_item(bad):
     with pytest.raises(InputError) as e:
         faults.parse(bad)

@@ -7,11 +7,13 @@ environment lookup per hooked call.
 Syntax: comma-separated `ROLE.EVENT@N` (fire on the N-th call, 1-based) or `ROLE.EVENT@N+`
 (fire on the N-th call and every later one), e.g. `rollout.exit@2,trainer.nan@3`.
 
-  ROLE   rollout | genrm | trainer | driver   (the hooked actor's role; driver: the
-                                              `yatt run` process, counted per completed step)
+  ROLE   rollout | genrm | trainer | reference | driver   (the hooked actor's role;
+                                              driver: the `yatt run` process, counted per
+                                              completed step)
   EVENT  exit   `os._exit(1)` inside the hooked method: the actor process dies mid-step
-                (rollout/genrm: `generate`/`judge`; trainer: `train_step`, after the
-                backward pass, so the other ranks are left inside a collective);
+                (rollout/genrm: `generate`, which a GenRM's `judge` calls once per batch;
+                trainer: `train_step`, after the backward pass, so the other ranks are
+                left inside a collective; reference: `logprobs`);
                 driver: right after the N-th step completed, as a crash would);
                 fires in the role's first actor only (index 0), once per run: a marker
                 file in `YATT_FAULT_DIR` (default: the system temp dir) keeps the
@@ -32,7 +34,7 @@ from yatt.core.errors import InputError
 
 ENV = "YATT_FAULTS"
 DIR_ENV = "YATT_FAULT_DIR"
-ROLES = ("rollout", "genrm", "trainer", "driver")
+ROLES = ("rollout", "genrm", "trainer", "reference", "driver")
 EVENTS = ("exit", "nan")
 
 

@@ -88,9 +88,9 @@ def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
     refs = []   # created here so they load while trainers and engines start
     if exp.algo.use_reference and plan.has(Role.REFERENCE):
         rcls = ray.remote(num_cpus=0)(ReferenceWorker)
-        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(job.actor_path,
-                                                                            "cpu" if cpu else "cuda")
-                for g in plan.placement(Role.REFERENCE).groups()]
+        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(
+                    job.actor_path, "cpu" if cpu else "cuda", i)
+                for i, g in enumerate(plan.placement(Role.REFERENCE).groups())]
     addr, port = ray.get(trainers[0].address.remote())
     t = time.perf_counter()
     setup = [w.setup.remote(addr, port) for w in trainers]

@@ -148,14 +148,17 @@ class TrainerWorker:
 class ReferenceWorker:
     """Frozen initial policy, HF forward in fp32; per-token log-probs of responses."""
 
-    def __init__(self, hf_path: str, device: str = "cpu"):
+    def __init__(self, hf_path: str, device: str = "cpu", index: int = 0):
         import torch
         from transformers import AutoModelForCausalLM
+
+        from . import faults
 
         torch.set_num_threads(1) if device == "cpu" else None
         self.device = device
         self.model = AutoModelForCausalLM.from_pretrained(hf_path, dtype=torch.float32).to(device)
         self.model.eval()
+        self.fault = faults.hook("reference", index)
 
     def ping(self) -> bool:
         return True
@@ -168,7 +171,9 @@ class ReferenceWorker:
         rounding; 2-4x faster than one forward per sequence on CPU)."""
         import torch
 
-
+        if self.fault is not None:
+            self.fault.tick()
+            self.fault.maybe_exit()      # injected crash (tests)
         out: list = [None] * len(input_ids)
         groups = group_consecutive([len(x) for x in input_ids],
                                    lambda count, longest: count * longest <= max_tokens)
