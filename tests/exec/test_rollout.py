@@ -60,27 +60,32 @@ def test_streams_finished_samples_to_a_bounded_queue(engine):
     ray.kill(q.actor)
 
 
-def test_a_slow_sink_does_not_stall_the_engine(engine):
-    """Each finished batch is handed to the sink without the engine waiting for the put:
-    with a sink that takes 0.3 s per put, the engine still finishes every request within
-    a fraction of that, the puts arrive in finishing order, and `generate` returns only
-    after the last put has landed."""
+def test_a_blocked_sink_does_not_stall_the_engine(engine):
+    """Each finished batch is handed to the sink without the engine waiting for the put.
+    The sink's first put blocks until the test opens a gate; meanwhile another call on the
+    same engine still completes (a stalled engine would never finish it). `generate`
+    returns only after its last put has landed, and the puts arrive in finishing order."""
     import asyncio
     import time
 
     from yatt.exec.rollout import GenRequest
 
     @ray.remote(num_cpus=0)
-    class Slow:
+    class Gated:
         def __init__(self):
-            self.got = []
+            self.got, self.arrived = [], 0
+            self.gate = asyncio.Event()
 
         async def put(self, items):
-            await asyncio.sleep(0.3)
+            self.arrived += 1
+            await self.gate.wait()
             self.got.append((time.time(), [r.key for r in items]))
 
-        def items(self):
-            return self.got
+        def open(self):
+            self.gate.set()
+
+        def state(self):
+            return self.arrived, self.got
 
     class Sink:   # the put_async surface of ray.util.queue.Queue
         def __init__(self, actor):
@@ -90,22 +95,34 @@ def test_a_slow_sink_does_not_stall_the_engine(engine):
             await self.actor.put.remote(items)
 
     actor, _ = engine
-    slow = Slow.remote()
+    sink = Gated.remote()
     # budgets 1..6: requests finish at (at least) two different engine steps
     reqs = [GenRequest(key=i, prompt_ids=(1, 10 + i, 11), max_tokens=1 + i % 6,
                        temperature=1.0, seed=500 + i) for i in range(12)]
-    out = ray.get(actor.generate.remote(reqs, sink=Sink(slow)))
-    got = ray.get(slow.items.remote())
-    done_at = time.time()
+    ref = actor.generate.remote(reqs, sink=Sink(sink))
+    deadline = time.monotonic() + 120     # liveness only: the first put must arrive at all
+    while ray.get(sink.state.remote())[0] == 0:
+        assert time.monotonic() < deadline, "the engine never handed a batch to the sink"
+        time.sleep(0.05)
+    # the first put is blocked; the engine keeps stepping: a later call finishes
+    probe = GenRequest(key=99, prompt_ids=(1, 40, 41), max_tokens=16, temperature=1.0, seed=7)
+    assert [o.key for o in ray.get(actor.generate.remote([probe]), timeout=120)] == [99]
+    checked_at = time.time()
+    ready, _ = ray.wait([ref], timeout=0)
+    assert not ready and ray.get(sink.state.remote()) == (1, [])   # still waiting on the put
+    ray.get(sink.open.remote())
+    out = ray.get(ref, timeout=120)
+    returned_at = time.time()
+    # every request had finished before that check: the call was waiting for its puts only
+    assert max(o.end_s for o in out) <= checked_at
+    _, got = ray.get(sink.state.remote())
     assert sorted(k for _, ks in got for k in ks) == list(range(12))
     assert len(got) >= 2
-    ends = sorted(o.end_s for o in out)
-    assert ends[-1] - ends[0] < 0.3 * (len(got) - 1)   # a blocking put would space them
-    assert got[-1][0] <= done_at                            # returned after the last put
+    assert got[-1][0] <= returned_at                         # returned after the last put
     by_end = {o.key: o.end_s for o in out}
     firsts = [min(by_end[k] for k in ks) for _, ks in got]
-    assert firsts == sorted(firsts)                         # puts kept finishing order
-    ray.kill(slow)
+    assert firsts == sorted(firsts)                          # puts kept finishing order
+    ray.kill(sink)
 
 
 def test_teardown_recreate_and_weight_update(engine, actor_path):
