@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import multiprocessing as mp
 import os
+import signal
 import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
@@ -336,6 +337,12 @@ def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
+def _ignore_sigint() -> None:
+    """Pool workers leave Ctrl-C to the parent: it stops the pool and exits with one line
+    (a worker that also took the signal would print its own traceback)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _run_jobs(jobs: list[Job], progress: Optional[Progress],
               done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
     """Run independent simulations side by side on the machine's cores (fork-based pool;
@@ -343,7 +350,7 @@ def _run_jobs(jobs: list[Job], progress: Optional[Progress],
     workers = min(len(jobs), os.cpu_count() or 1, 8)
     results: list[tuple[SeedRun, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(workers) as pool:
+        with mp.get_context("fork").Pool(workers, initializer=_ignore_sigint) as pool:
             for r in pool.imap(_one, jobs):
                 results.append(r)
                 if progress:
