@@ -201,7 +201,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                 except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
                     if not sup.is_fault(e):
                         raise
-                    sup.recover(e, step)
+                    sup.recover(e, step, runner.round)
             row = sup.after_step(step, row)
             tracker.log(row)
             _warn(log, step, runner.last_moments, exp, warned)

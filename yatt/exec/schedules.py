@@ -62,6 +62,7 @@ class StepRunner:
 
     def run_step(self, step: int) -> dict[str, Any]:
         t = time.time()
+        self.round = 0   # the dynamic-sampling round in progress, then the last (fault records)
         self._streamed = False
         self._train_out: dict[str, float] = {}
         self._step = step
@@ -69,6 +70,7 @@ class StepRunner:
         wl = self.plan.experiment.workload
         last = wl.max_resample_rounds if wl.dynamic_sampling else 0
         for rnd in range(last + 1):
+            self.round = rnd
             if rnd:
                 for stage in self.schedule.between_rounds:
                     self.handlers[stage.phase](step, stage)

@@ -276,8 +276,9 @@ class Supervisor:
             self._dead = found
         return found is not None
 
-    def recover(self, e: BaseException, step: int) -> None:
-        """Bring every actor back to the state at the start of `step` (see module doc)."""
+    def recover(self, e: BaseException, step: int, rnd: int = 0) -> None:
+        """Bring every actor back to the state at the start of `step` (see module doc);
+        `rnd`: the dynamic-sampling round the step was in when the actor died."""
         import ray
 
         role, dead = self._role_of(e), getattr(e, "actor_id", None)
@@ -317,7 +318,8 @@ class Supervisor:
                  for r, es in self.actors.engines.items() for x in es])
         self.push_weights()
         self.rec.drop_step(step)
-        self.counters.faults.append({"step": step, "role": role, "error": type(e).__name__,
+        self.counters.faults.append({"step": step, "round": rnd, "role": role,
+                                     "error": type(e).__name__,
                                      "recovery_s": round(time.perf_counter() - t, 3)})
         self.rec.extra["faults"] = self.counters.faults
 
