@@ -55,9 +55,24 @@ def _run(plan, out, steps=STEPS, **kw):
 
 
 @pytest.fixture(scope="module")
-def reference(ray_cluster, plan, tmp_path_factory):
+def plan_file(plan, tmp_path_factory):
+    from yatt.core.config import dump_yaml
+    p = tmp_path_factory.mktemp("rel-plan") / "plan.yaml"
+    dump_yaml(plan, p)
+    return p
+
+
+def _cli_run(plan_file: Path, out: Path) -> int:
+    """`yatt run PLAN` in this process (it joins the session's Ray cluster)."""
+    from yatt.cli.main import main
+    return main(["run", str(plan_file), "--steps", str(STEPS), "--out", str(out),
+                 "--no-progress"])
+
+
+@pytest.fixture(scope="module")
+def reference(ray_cluster, plan_file, tmp_path_factory):
     out = tmp_path_factory.mktemp("rel") / "reference"
-    _run(plan, out)
+    assert _cli_run(plan_file, out) == 0          # a completed `yatt run` exits 0
     return out
 
 
@@ -90,7 +105,7 @@ def test_killed_rollout_and_trainer_actors_are_restarted_and_the_step_redone(
     assert (tmp_path / "yatt-fault-trainer.exit@3").exists()
     _same(_rows(reference), _rows(out))                     # nothing lost, nothing doubled
     faults = tr.meta.extra["faults"]
-    assert [(f["step"], f["role"]) for f in faults] == [(1, "rollout"), (2, "trainer")]
+    assert [(f["step"], f["round"], f["role"]) for f in faults] == [(1, 0, "rollout"), (2, 0, "trainer")]
     assert any("rollout actor died" in m for m in logs) and any("trainer actor died" in m for m in logs)
     assert _rows(out)[-1]["restarts"] == "2"
     # exactly once: every sample of every step is recorded once, none from failed attempts
@@ -134,14 +149,16 @@ def test_driver_crash_then_resume_matches_and_skips_a_corrupt_checkpoint(referen
 
 
 @pytest.mark.slow
-def test_nan_step_is_rolled_back_and_repeated_nans_stop_the_run(reference, plan, tmp_path,
-                                                                 monkeypatch):
-    from yatt.exec.supervisor import RunAborted
+def test_nan_step_is_rolled_back_and_repeated_nans_stop_the_run(reference, plan_file, tmp_path,
+                                                                 monkeypatch, capsys):
     monkeypatch.setenv("YATT_FAULTS", "trainer.nan@2+")
     out = tmp_path / "nan"
-    logs: list[str] = []
-    with pytest.raises(RunAborted, match=r"stopping: 2 consecutive steps \(through step 2\)"):
-        _run(plan, out, log=logs.append)
+    capsys.readouterr()
+    assert _cli_run(plan_file, out) == 1    # RunAborted: `yatt run` exits 1
+    said = capsys.readouterr()
+    stopped = " ".join(said.out.split())
+    assert "run stopped: stopping: 2 consecutive steps (through step 2)" in stopped
+    logs = said.err.splitlines()
     rows = _rows(out)                       # the run dir is still written
     ref = _rows(reference)
     assert [r["step"] for r in rows] == ["0", "1", "2"]
