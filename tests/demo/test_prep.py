@@ -101,3 +101,29 @@ def test_cli_rejects_bad_input(capsys):
     assert main(["demo", "prepare", "--actor-target", "1.5"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 3 and all(e.startswith("yatt demo: error:") for e in err)
+
+
+def test_cli_prepare_with_the_default_recipe_writes_its_report(tmp_path, capsys):
+    """`yatt demo prepare --out DIR`: the shipped checkpoints are the default recipe's, so
+    they are copied into DIR, not re-trained; the report lines, demo_report.json and the
+    GenRM's agreement as a run uses it (greedy, 256 fresh pairs) follow, and it exits 0.
+    That agreement is the one bench/results/learning.json records (same function, pairs
+    and checkpoint), so the documented number is what this command prints."""
+    assert main(["demo", "prepare", "--out", str(tmp_path)]) == 0
+    out = "".join(capsys.readouterr().out.split())   # rich wraps long paths anywhere
+    rep = json.loads((tmp_path / "demo_report.json").read_text())
+    shipped = demo_prep.shipped_models()
+    stamps = {}
+    for role in ("actor", "genrm"):
+        d = Path(rep[f"{role}_dir"])
+        assert d.parent == tmp_path
+        assert (d / "model.safetensors").read_bytes() == \
+            (shipped / d.name / "model.safetensors").read_bytes()
+        stamps.update(json.loads((shipped / d.name / demo_prep.STAMP).read_text())["report"])
+        assert f"{role}:{d}(" in out
+    assert {k: rep[k] for k in stamps} == stamps          # the recipe's own report, unchanged
+    gen = rep["genrm_generated"]
+    assert gen["pairs"] == 256 and f"agreement{gen['agreement']:.3f}" in out
+    bench = json.loads((Path(__file__).resolve().parents[2] / "bench" / "results" /
+                        "learning.json").read_text())["genrm_agreement"]["balanced_near_miss"]
+    assert gen == bench
