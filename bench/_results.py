@@ -229,10 +229,6 @@ def _learning(d: dict) -> list[str]:
     seeds = list(d.get("seeds", {}))
     rows = [_learning_rows(f"{d.get('reward')} reward (GenRM agreement "
                            f"{_fmt(d.get('genrm_prep', {}).get('genrm_agreement'))} token by token)", d)]
-    if "rule_reward" in d:
-        rows.append(_learning_rows("exact checker as the reward", d["rule_reward"]))
-    for name, v in d.get("variants", {}).items():
-        rows.append(_learning_rows(f"variant `{name}`", v))
     out = [f"`{d.get('config')}`, plan `{d.get('plan')}`, {d.get('samples_per_step')} samples per step; "
            f"accuracy = exact-checker accuracy, {d.get('from_to')}.", ""]
     out += _table(["reward", "steps", "lr", *[f"seed {s}" for s in seeds], "mean"], rows)

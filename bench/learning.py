@@ -1,7 +1,12 @@
 """Learning bench: GRPO on the demo task against the trained GenRM, exact-checker accuracy
-from -> to over several seeds. Writes bench/results/learning.json and prints one line.
+from -> to over several seeds. Writes bench/results/learning.json, whole, and prints one
+line.
 
     .venv/bin/python bench/learning.py [--steps 50] [--seeds 0,1,2] [--mode partial]
+
+A comparison (`--reward rule`: the exact checker as the reward; `--lr`, `--kl`) is a run of
+its own and needs `--result` naming its own file: every results file is what one run of
+this script wrote, nothing merged from another.
 
 Each seed is a full `run_plan` of configs/demo-learn.yaml (one Ray session for all seeds);
 "from" is the mean exact-checker accuracy of the first 5 steps, "to" the mean of the last 5
@@ -22,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _results import meta, write_result  # noqa: E402  (bench/ holds the script: on sys.path)
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 
 
 WINDOW = 5    # steps averaged for "from" (the first ones) and "to" (the last ones)
@@ -45,14 +50,18 @@ def main() -> int:
     ap.add_argument("--mode", default="partial", choices=["partial", "colocate"])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
     ap.add_argument("--out", default="/tmp/yatt-learning")
-    ap.add_argument("--result", default=str(ROOT / "bench" / "results" / "learning.json"))
+    ap.add_argument("--result", default=None,
+                    help="results file (default bench/results/learning.json; required with "
+                         "--reward rule, --lr or --kl)")
     ap.add_argument("--reward", default="genrm", choices=["genrm", "rule"],
                     help="reward source (rule: the exact checker itself, for comparison)")
     ap.add_argument("--lr", type=float, default=None, help="override algo.lr")
     ap.add_argument("--kl", type=float, default=None, help="override algo.kl_coef")
-    ap.add_argument("--variant", default=None,
-                    help="store this run under variants.<name> (a comparison, not the headline)")
     a = ap.parse_args()
+    if a.result is None:
+        if a.reward != "genrm" or a.lr is not None or a.kl is not None:
+            ap.error("a comparison run needs --result FILE: learning.json holds the default run")
+        a.result = str(ROOT / "bench" / "results" / "learning.json")
 
     from yatt.core.config import load_experiment
     from yatt.core.roles import Mode, ReleasePolicy
@@ -111,17 +120,7 @@ def main() -> int:
            "machine": "2 shared cores, CPU only, 1 thread per device"}
     res.update(lr=exp.algo.lr, kl_coef=exp.algo.kl_coef, lr_warmup_steps=exp.algo.lr_warmup_steps,
                temperature=exp.algo.temperature)
-    out = Path(a.result)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    old = json.loads(out.read_text()) if out.exists() else {}
-    if a.variant:
-        old.setdefault("variants", {})[a.variant] = res
-    elif a.reward == "genrm":
-        old.update(res)                       # the headline numbers: GenRM as the reward
-    else:
-        old[f"{a.reward}_reward"] = res        # comparison run, kept next to them
-    res["_meta"] = meta()                     # each sub-result keeps its own provenance
-    write_result(out, old)
+    write_result(a.result, res)
     print(f"learning: accuracy {fr:.3f} -> {to:.3f} over seeds {a.seeds} "
           f"({a.steps} steps, {a.reward} reward) -> {a.result}")
     return 0
