@@ -44,6 +44,7 @@ def plan():
     exp = load_experiment(ROOT / "configs" / "demo-learn.yaml")
     wl = dataclasses.replace(exp.workload, prompts_per_step=8, samples_per_prompt=4,
                              dynamic_sampling=True, max_resample_rounds=2)
+    # no checkpoint files: recovery restores the in-memory snapshot of the last good step
     exp = dataclasses.replace(exp, workload=wl,
                               algo=dataclasses.replace(exp.algo, kl_coef=0.05),
                               checkpoint=dataclasses.replace(exp.checkpoint, final=False))
