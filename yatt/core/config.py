@@ -15,6 +15,7 @@ import yaml
 
 from . import catalog
 from .errors import InputError
+from .limits import CONFIG_MAX_BYTES
 from .plan import Experiment, Plan
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
@@ -30,9 +31,14 @@ def read_yaml(path: str | Path) -> Any:
             raise InputError("no such file", file=str(path))
         if not path.is_file():
             raise InputError("not a file", file=str(path))
-        raw = path.read_bytes()
+        cap = CONFIG_MAX_BYTES.value()
+        with open(path, "rb") as f:
+            raw = f.read(cap + 1)   # never more than the cap: a huge file is refused unread
     except OSError as e:  # permissions, a name too long, ...
         raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
+    if len(raw) > cap:
+        raise InputError(f"larger than {cap:,} bytes; allowed: a smaller file, or raise "
+                         f"{CONFIG_MAX_BYTES.env}", file=str(path))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:

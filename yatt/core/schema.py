@@ -11,6 +11,7 @@ Constraints live in field metadata, built with `spec_field(...)`:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import reprlib
 import types
@@ -19,6 +20,7 @@ from enum import Enum
 from typing import Any, Mapping, TypeVar, Union
 
 from .errors import InputError
+from .limits import FLOAT_LIMIT
 
 T = TypeVar("T")
 _MISSING = dataclasses.MISSING
@@ -77,11 +79,18 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
+def number_text(x: float) -> str:
+    """A bound as people write it: whole numbers exact (10000000), others short (1e-06)."""
+    if float(x).is_integer() and abs(x) < 1e16:
+        return str(int(x))
+    return f"{x:g}"
+
+
 def _range_text(meta: Mapping[str, Any]) -> str:
     bits = []
     for key, sym in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
         if meta.get(key) is not None:
-            bits.append(f"{sym} {meta[key]:g}")
+            bits.append(f"{sym} {number_text(meta[key])}")
     return " and ".join(bits)
 
 
@@ -177,6 +186,9 @@ def _convert(tp: Any, value: Any, field: str) -> Any:
             out = math.inf
         if not math.isfinite(out):
             raise InputError(f"got {show(value)}; allowed: a finite number", field=field)
+        if abs(out) > FLOAT_LIMIT:  # finite, but products of a few would overflow
+            raise InputError(f"got {show(value)}; allowed: a number of magnitude <= {FLOAT_LIMIT:g}",
+                             field=field)
         return out
     if tp is str:
         if not isinstance(value, str):
@@ -185,8 +197,15 @@ def _convert(tp: Any, value: Any, field: str) -> Any:
     raise TypeError(f"schema: unsupported field type {tp!r} at {field}")  # programming error
 
 
+@functools.lru_cache(maxsize=None)
 def _hints(cls: type) -> dict[str, Any]:
+    # cached: resolving the annotations dominated reading a trace (once per record)
     return typing.get_type_hints(cls)
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
 
 
 def from_dict(cls: type[T], data: Any, *, _path: str = "") -> T:
@@ -200,7 +219,7 @@ def from_dict(cls: type[T], data: Any, *, _path: str = "") -> T:
         raise InputError("got null (an empty value or document); allowed: a mapping", field=_path)
     if not isinstance(data, Mapping):
         raise InputError(f"got {type(data).__name__} {show(data)}; allowed: a mapping", field=_path)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = _fields(cls)
     hints = _hints(cls)
     unknown = [k for k in data if k not in fields]
     if unknown:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from .errors import InputError
+from .limits import MAX_GPUS, MAX_RESAMPLE_ROUNDS, MAX_SECONDS, MAX_STEPS, MAX_TOKENS
 from .plan import Plan
 from .roles import Phase, Role, TraceSource
 from .schema import from_dict, spec_field, to_dict
@@ -31,7 +32,7 @@ class TraceMeta:
     yatt_version: str = ""
     schema: str = SCHEMA_VERSION
     hardware: str = ""
-    steps: int = spec_field(1, ge=0)
+    steps: int = spec_field(1, ge=0, le=MAX_STEPS)
     extra: dict[str, Any] = spec_field(default_factory=dict, help="free-form run facts")
 
     def __post_init__(self) -> None:
@@ -43,38 +44,39 @@ class TraceMeta:
 class SampleRecord:
     """One generated response and what happened to it."""
 
-    step: int = spec_field(ge=0)
+    step: int = spec_field(ge=0, le=MAX_STEPS)
     sample_id: int = spec_field(ge=0)
     prompt_id: int = spec_field(ge=0)
-    prompt_tokens: int = spec_field(ge=0)
-    response_tokens: int = spec_field(ge=0)
-    genrm_input_tokens: int = spec_field(0, ge=0)
-    genrm_output_tokens: int = spec_field(0, ge=0)
+    prompt_tokens: int = spec_field(ge=0, le=MAX_TOKENS)
+    response_tokens: int = spec_field(ge=0, le=MAX_TOKENS)
+    genrm_input_tokens: int = spec_field(0, ge=0, le=3 * MAX_TOKENS)  # prompt + response + template
+    genrm_output_tokens: int = spec_field(0, ge=0, le=MAX_TOKENS)
     reward: Optional[float] = None
     kept: bool = True
-    dp_rank: int = spec_field(-1, ge=-1, help="-1 when not trained (dropped)")
-    round: int = spec_field(0, ge=0, help="dynamic-sampling round that produced it")
-    rollout_end_s: Optional[float] = None
-    genrm_end_s: Optional[float] = None
+    dp_rank: int = spec_field(-1, ge=-1, le=MAX_GPUS, help="-1 when not trained (dropped)")
+    round: int = spec_field(0, ge=0, le=MAX_RESAMPLE_ROUNDS, help="dynamic-sampling round that produced it")
+    rollout_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
+    genrm_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
 
 
 @dataclass(frozen=True)
 class SpanRecord:
     """One phase of work on a set of devices, in seconds since the run started."""
 
-    step: int = spec_field(ge=0)
+    step: int = spec_field(ge=0, le=MAX_STEPS)
     role: Role = Role.TRAINER
     phase: Phase = Phase.TRAIN
     devices: tuple[int, ...] = ()
-    start_s: float = spec_field(0.0, ge=0)
-    end_s: float = spec_field(0.0, ge=0)
+    start_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS)
+    end_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS)
     tokens: int = spec_field(0, ge=0)
     name: str = ""
 
     def __post_init__(self) -> None:
         for i, d in enumerate(self.devices):
-            if d < 0:
-                raise InputError(f"got {d}; allowed: a device id >= 0", field=f"devices[{i}]")
+            if not 0 <= d < MAX_GPUS:
+                raise InputError(f"got {d}; allowed: a device id >= 0 and < {MAX_GPUS}",
+                                 field=f"devices[{i}]")
         if self.end_s < self.start_s:
             raise InputError(f"end_s ({self.end_s}) is before start_s ({self.start_s})",
                              field="end_s")

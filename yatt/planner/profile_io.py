@@ -42,6 +42,7 @@ from typing import Optional
 
 from yatt.core.config import dump_yaml, read_yaml
 from yatt.core.errors import InputError
+from yatt.core.limits import MAX_SECONDS, MAX_TOKENS, MIN_RATE
 from yatt.core.schema import from_dict, spec_field
 
 from .costmodel import Efficiency
@@ -53,17 +54,17 @@ Point = tuple[float, float, float]
 
 def _check_points(points: tuple[Point, ...], field: str) -> None:
     for i, p in enumerate(points):
-        if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0:
-            raise InputError(f"got {list(p)}; allowed: [x > 0, y > 0, seconds >= 0]",
-                             field=f"{field}[{i}]")
+        if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0 or p[2] > MAX_SECONDS:
+            raise InputError(f"got {list(p)}; allowed: [x > 0, y > 0, 0 <= seconds <= "
+                             f"{MAX_SECONDS:g}]", field=f"{field}[{i}]")
 
 
 @dataclass(frozen=True)
 class EngineTable:
     """One model's inference engine on one device (TP=1)."""
 
-    start_s: float = spec_field(ge=0, help="create the engine (imports warm): re-create cost")
-    stop_s: float = spec_field(ge=0, help="tear the engine down")
+    start_s: float = spec_field(ge=0, le=MAX_SECONDS, help="create the engine (imports warm): re-create cost")
+    stop_s: float = spec_field(ge=0, le=MAX_SECONDS, help="tear the engine down")
     decode: tuple[Point, ...] = spec_field(default=(), help="(batch, mean context, s per step)")
     prefill: tuple[Point, ...] = spec_field(default=(), help="(requests, tokens each, s for the step)")
     join: tuple[tuple[float, float, float, float], ...] = spec_field(
@@ -102,12 +103,12 @@ class ModelTables:
     train: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s per train_step)")
     logprob: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s) reference log-probs")
     engine: Optional[EngineTable] = None
-    weight_sync_s: float = spec_field(0.0, ge=0, help="trainer state dict + engine weight update")
-    micro_batch_tokens: int = spec_field(512, ge=1, help="trainer micro-batch budget when measured")
+    weight_sync_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS, help="trainer state dict + engine weight update")
+    micro_batch_tokens: int = spec_field(512, ge=1, le=MAX_TOKENS, help="trainer micro-batch budget when measured")
     stop_len: tuple[int, ...] = spec_field(
         default=(), help="response lengths the model produced with EOS allowed (the task's "
                          "prompts, temperature 1); a length equal to stop_cap was cut by the cap")
-    stop_cap: int = spec_field(0, ge=0, help="the token budget those responses had")
+    stop_cap: int = spec_field(0, ge=0, le=MAX_TOKENS, help="the token budget those responses had")
     train_tp: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(tp, batch, seq, s): a TP group's train_step on one host, its ranks "
                          "running at once (TP=1 is `train`)")
@@ -149,11 +150,11 @@ class Contention:
     ~1 (each device has its own compute and memory), so GPU profiles carry no entries."""
 
     busy: int = spec_field(ge=2, help="devices busy at once")
-    reload: float = spec_field(1.0, gt=0, help="engine re-create")
-    offload: float = spec_field(1.0, gt=0, help="engine teardown")
-    decode: float = spec_field(1.0, gt=0, help="engine steps (decode and prefill)")
-    logprob: float = spec_field(1.0, gt=0, help="reference log-prob pass")
-    train: float = spec_field(1.0, gt=0, help="train step")
+    reload: float = spec_field(1.0, ge=MIN_RATE, help="engine re-create")
+    offload: float = spec_field(1.0, ge=MIN_RATE, help="engine teardown")
+    decode: float = spec_field(1.0, ge=MIN_RATE, help="engine steps (decode and prefill)")
+    logprob: float = spec_field(1.0, ge=MIN_RATE, help="reference log-prob pass")
+    train: float = spec_field(1.0, ge=MIN_RATE, help="train step")
 
 
 @dataclass(frozen=True)
@@ -161,7 +162,7 @@ class ProfileTables:
     """Micro-benchmark tables from `yatt profile`."""
 
     device: str = "cpu"
-    rpc_s: float = spec_field(0.0, ge=0, help="one Ray actor round trip")
+    rpc_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS, help="one Ray actor round trip")
     load_avg: float = spec_field(0.0, ge=0, help="machine 1-min load average while measuring")
     models: dict[str, ModelTables] = spec_field(default_factory=dict)
     contention: tuple[Contention, ...] = spec_field(
@@ -170,10 +171,10 @@ class ProfileTables:
     transfer: tuple[tuple[float, float], ...] = spec_field(
         default=(), help="(bytes, s): a state dict through the Ray object store, beyond the round trip")
     handoff_s: float = spec_field(
-        0.0, ge=0, help="what one streamed batch (a queue put) costs the rollout engine that "
+        0.0, ge=0, le=MAX_SECONDS, help="what one streamed batch (a queue put) costs the rollout engine that "
                         "hands it to the GenRM (0 = not measured)")
     host_probe_s: float = spec_field(
-        0.0, ge=0, help="median of `microbench.host_probe_once` while profiling (the host's "
+        0.0, ge=0, le=MAX_SECONDS, help="median of `microbench.host_probe_once` while profiling (the host's "
                         "speed then; 0 = not measured)")
 
     def __post_init__(self) -> None:

@@ -226,7 +226,8 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
     t0 = time.perf_counter()
     space = placement_space(exp)
     if space.problems:
-        raise InputError("cannot place this experiment: " + "; ".join(space.problems))
+        raise InputError("cannot place this experiment: " + "; ".join(space.problems),
+                         field=space.problem_field)
     n_seeds = seeds or exp.search.seeds
     nodes = exp.cluster.nodes
     factor = 1
