@@ -17,6 +17,7 @@ from . import catalog
 from .errors import InputError
 from .limits import CONFIG_MAX_BYTES
 from .plan import Experiment, Plan
+from .safeio import atomic_write
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
 
@@ -148,10 +149,7 @@ def is_plan_file(path: str | Path) -> bool:
 
 
 def dump_yaml(obj: Any, path: str | Path) -> None:
-    """Write a spec (or plain data) as YAML atomically: temp file, then rename."""
-    path = Path(path)
+    """Write a spec (or plain data) as YAML atomically and never through a link (safeio)."""
     data = to_dict(obj) if hasattr(obj, "__dataclass_fields__") else obj
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=100)
-    tmp.replace(path)

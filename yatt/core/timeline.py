@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from .safeio import write_text
 from .trace import Trace
 
 
@@ -38,6 +39,4 @@ def chrome_trace(trace: Trace) -> dict[str, Any]:
 
 
 def write_chrome_trace(trace: Trace, path: str | Path) -> Path:
-    path = Path(path)
-    path.write_text(json.dumps(chrome_trace(trace), separators=(",", ":")))
-    return path
+    return write_text(path, json.dumps(chrome_trace(trace), separators=(",", ":")))

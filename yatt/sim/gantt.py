@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from yatt.core import Phase, Role, Trace
+from yatt.core.safeio import atomic_write
 
 COLORS = {Phase.ROLLOUT: "#4C72B0", Phase.GENRM: "#DD8452", Phase.TRAIN: "#55A868",
           Phase.REF_LOGPROB: "#8172B3", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
@@ -78,7 +79,8 @@ def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
     ax2.set_xlabel("time (s)")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    with atomic_write(path, "wb") as f:   # never through a link, never half a file
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
     return path
 

@@ -1,0 +1,209 @@
+"""Writing outputs safely: never through a link, never half-written, checked before work.
+
+Why: yatt writes into directories other people may write to (a shared `out/`, a run
+directory on a network disk). A link planted at an output name, or at its temporary name,
+must not make yatt overwrite the file it points to; a crash must not leave half a file
+under the real name; and an unwritable output must be found before minutes of work, not
+after. Every writer in yatt goes through this module:
+
+- `atomic_write(path)` creates a fresh temporary file in the target's directory with
+  O_CREAT|O_EXCL|O_NOFOLLOW (it cannot already exist, as a link or anything else), and on
+  success renames it over the target with `os.replace`, which replaces a link at the
+  target instead of writing through it. The directory is opened once and both steps are
+  relative to it, so swapping the directory for a link midway does not redirect them.
+- `ensure_dir(path, root)` creates directories below `root` and refuses a link among
+  them (`root` itself, the user's `--out`, may be a link the user chose).
+- `check_out_dir` / `check_out_file` prove, before any work, that an output can be
+  written (a probe file is created and removed), and that an output is not an input.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import stat
+from pathlib import Path
+from typing import IO, Any, Iterable, Iterator, Optional
+
+from .errors import InputError
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_TMP_NAME = 80   # characters of the target's name kept in a temporary name (NAME_MAX is 255)
+
+
+def _open_dir(d: Path) -> int:
+    return os.open(d, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+
+
+def _create_temp(dfd: int, name: str) -> tuple[int, str]:
+    """A new, unique file in the directory `dfd`: (fd, its name). O_EXCL|O_NOFOLLOW: a name
+    that exists in any form, a dangling link included, is never opened."""
+    for _ in range(16):
+        tmp = f".{name[:_TMP_NAME]}.{secrets.token_hex(6)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW | _CLOEXEC, 0o666,
+                         dir_fd=dfd)
+        except FileExistsError:
+            continue
+        return fd, tmp
+    raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+
+
+@contextlib.contextmanager
+def atomic_write(path: str | os.PathLike, mode: str = "w", *, fsync: bool = False,
+                 encoding: Optional[str] = "utf-8", newline: Optional[str] = None) -> Iterator[IO[Any]]:
+    """Open `path` for writing as a new temporary file; on a clean exit it replaces `path`
+    (atomically), on an exception it is removed and `path` is left as it was."""
+    if "w" not in mode or "+" in mode:
+        raise ValueError(f"atomic_write: mode {mode!r}; allowed: 'w' or 'wb'")
+    path = Path(path)
+    dfd = _open_dir(path.parent)
+    try:
+        fd, tmp = _create_temp(dfd, path.name)
+        try:
+            if "b" in mode:
+                f = os.fdopen(fd, mode)
+            else:
+                f = os.fdopen(fd, mode, encoding=encoding, newline=newline)
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+        try:
+            with f:
+                yield f
+                f.flush()
+                if fsync:
+                    os.fsync(f.fileno())
+            os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp, dir_fd=dfd)
+            raise
+        if fsync:
+            with contextlib.suppress(OSError):   # some filesystems refuse a directory fsync
+                os.fsync(dfd)
+    finally:
+        os.close(dfd)
+
+
+def write_text(path: str | os.PathLike, text: str, *, fsync: bool = False) -> Path:
+    with atomic_write(path, "w", fsync=fsync) as f:
+        f.write(text)
+    return Path(path)
+
+
+def write_bytes(path: str | os.PathLike, data: bytes, *, fsync: bool = False) -> Path:
+    with atomic_write(path, "wb", fsync=fsync) as f:
+        f.write(data)
+    return Path(path)
+
+
+def is_link(path: str | os.PathLike) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def ensure_dir(path: str | os.PathLike, root: str | os.PathLike | None = None) -> Path:
+    """Create `path` (and its parents) as real directories; refuse a link at or below
+    `root` (default: `path`'s parent), so nothing yatt puts there lands elsewhere."""
+    path = Path(path)
+    root = Path(root) if root is not None else path.parent
+    try:
+        rel = path.relative_to(root)
+    except ValueError:
+        raise ValueError(f"ensure_dir: {path} is not under {root}") from None
+    root.mkdir(parents=True, exist_ok=True)
+    cur = root
+    for part in rel.parts:
+        cur = cur / part
+        try:
+            os.mkdir(cur)
+        except FileExistsError:
+            st = os.lstat(cur)
+            if stat.S_ISLNK(st.st_mode):
+                raise InputError("is a link; allowed: a real directory (yatt never writes "
+                                 "through links)", file=str(cur)) from None
+            if not stat.S_ISDIR(st.st_mode):
+                raise InputError("exists and is not a directory", file=str(cur)) from None
+    return path
+
+
+def _why(e: OSError) -> str:
+    return e.strerror or type(e).__name__
+
+
+def _probe(d: Path) -> None:
+    """Create and remove a temporary file in `d` (OSError when that cannot be done)."""
+    dfd = _open_dir(d)
+    try:
+        fd, tmp = _create_temp(dfd, "yatt-probe")
+        os.close(fd)
+        os.unlink(tmp, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+
+
+def check_out_dir(path: str | os.PathLike, field: str = "--out") -> Path:
+    """Create the output directory if needed and prove a file can be written in it, before
+    any work; an InputError naming `field` otherwise (a file, /dev/null, /proc, a
+    read-only disk, no permission)."""
+    path = Path(path)
+    try:
+        if path.exists() and not path.is_dir():
+            raise InputError("exists and is not a directory; allowed: a directory yatt may "
+                             "write in", field=field, file=str(path))
+        path.mkdir(parents=True, exist_ok=True)
+        _probe(path)
+    except OSError as e:
+        raise InputError(f"cannot write there ({_why(e)}); allowed: a directory yatt may write in",
+                         field=field, file=str(path)) from None
+    return path
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """Whether two paths name one file (through links and `..`), existing or not."""
+    try:
+        if os.path.exists(a) and os.path.exists(b):
+            return os.path.samefile(a, b)
+    except OSError:
+        pass
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_out_file(path: str | os.PathLike, inputs: Iterable[str | os.PathLike] = (),
+                   field: str = "--out") -> Path:
+    """An output file path that can be written and is none of `inputs`; checked before work."""
+    path = Path(path)
+    for i in inputs:
+        if same_file(path, i):
+            raise InputError(f"is also an input ({i}); allowed: an output path that is not an "
+                             "input", field=field, file=str(path))
+    if path.is_dir():
+        raise InputError("is a directory; allowed: a file path", field=field, file=str(path))
+    if not path.parent.is_dir():
+        raise InputError(f"directory {str(path.parent)!r} does not exist; allowed: a file in an "
+                         "existing directory", field=field, file=str(path))
+    try:
+        _probe(path.parent)
+    except OSError as e:
+        raise InputError(f"cannot write there ({_why(e)}); allowed: a file in a directory yatt "
+                         "may write in", field=field, file=str(path)) from None
+    return path
+
+
+def check_not_inputs(out_dir: str | os.PathLike, names: Iterable[str],
+                     inputs: Iterable[str | os.PathLike], field: str = "--out") -> None:
+    """Refuse an output directory where one of the files yatt will write is an input."""
+    ins = list(inputs)
+    for n in names:
+        for i in ins:
+            if same_file(Path(out_dir) / n, i):
+                raise InputError(f"would overwrite the input {i} with its {n}; allowed: an "
+                                 "output directory that holds none of the inputs", field=field,
+                                 file=str(out_dir))
