@@ -34,6 +34,7 @@ MAX_EPOCHS = 1_000            # PPO epochs, mini-batches per epoch (real: 1-8)
 MAX_MODEL_DIM = 1 << 24       # any one dimension of a model shape (layers, hidden, vocab, ...)
 MAX_PAYLOAD_BYTES = 1 << 40   # extra bytes per prompt (1 TiB)
 MAX_SECONDS = 1e9             # any time or duration, in seconds (31 years)
+MAX_STRING = 65_536           # characters of any one string (names, paths, labels)
 FLOAT_LIMIT = 1e15            # |x| of any other number: products of a few stay far below 1e308
 MIN_RATE = 1e-6               # fractions and rates that divide work (MFU, GB/s, TFLOP/s)
 
@@ -59,6 +60,8 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ("`workload.sample_payload_bytes`", f"{MAX_PAYLOAD_BYTES:,}", "1 TiB"),
     ("any time or duration (trace `start_s`/`end_s`, profile and efficiency `*_s`)",
      f"{MAX_SECONDS:g} s", "31 years"),
+    ("characters of any one string (names, paths, labels)", f"{MAX_STRING:,}",
+     "names are shown in tables, cut to 200 characters"),
     ("magnitude of any other number", f"{FLOAT_LIMIT:g}",
      "keeps every product of a few numbers finite"),
     ("fractions and rates that divide work (efficiencies, GPU TFLOP/s and GB/s)",
@@ -101,17 +104,17 @@ TRACE_MAX_BYTES = Knob("YATT_TRACE_MAX_BYTES", 512 << 20,
                        "bytes of one trace, decompressed (~2M records; what it holds must fit "
                        "in memory)")
 DEVICE_REQUESTS = 12   # a simulated device costs about as much as 12 requests a step
-SIM_WORK = Knob("YATT_MAX_SIM_WORK", 20_000_000,
+SIM_WORK = Knob("YATT_MAX_SIM_WORK", 50_000_000,
                 "simulated requests one command may run, all simulations together (a request "
                 f"is one sample in one simulated step; a device counts as {DEVICE_REQUESTS} a "
-                "step); ~10 minutes of simulation on a 2-core VM")
+                "step): ~15 minutes on the project's 2-core VM, ~50x the bundled default plan")
 KNOBS: tuple[Knob, ...] = (CONFIG_MAX_BYTES, TRACE_MAX_LINE_BYTES, TRACE_MAX_BYTES, SIM_WORK)
 
 
 # ---- the simulation work meter --------------------------------------------------------------
-def sim_requests(samples_per_step: int, gpus: int, steps: int, resample_factor: float = 1.0) -> float:
+def sim_requests(requests_per_step: float, gpus: int, steps: int) -> float:
     """Work units of one simulation: requests plus devices, over its steps."""
-    return steps * (samples_per_step * resample_factor + DEVICE_REQUESTS * gpus)
+    return steps * (requests_per_step + DEVICE_REQUESTS * gpus)
 
 
 @dataclass
