@@ -14,7 +14,7 @@ def _make(run, step, payload=b"weights" * 100, keep=10):
     part = ckpt.partial_dir(run, step)
     (part / "trainer").mkdir(parents=True)
     (part / "trainer" / "__0_0.distcp").write_bytes(payload + bytes([step]))
-    ckpt.write_state(part, {"step": step, "next_step": step + 1})
+    ckpt.write_state(part, {"step": step, "next_step": step + 1, "seed": 0})
     return ckpt.commit(run, step, keep)
 
 
