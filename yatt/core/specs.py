@@ -262,6 +262,15 @@ class Workload:
         return self.prompts_per_step * self.samples_per_prompt
 
     @property
+    def expected_requests(self) -> float:
+        """Responses generated per step on average: with dynamic sampling, each round
+        regenerates the groups whose rewards all agreed (probability all_equal_prob)."""
+        if not self.dynamic_sampling or self.all_equal_prob <= 0:
+            return float(self.samples_per_step)
+        p = self.all_equal_prob
+        return self.samples_per_step * sum(p ** k for k in range(self.max_resample_rounds + 1))
+
+    @property
     def judge_max_tokens(self) -> int:
         """The GenRM's token budget per judgment in the executor: the mean output length,
         clamped to 4..64 (a verdict needs a few tokens; 64 bounds a rambling judge)."""
