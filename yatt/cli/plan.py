@@ -15,6 +15,7 @@ from rich.table import Table
 from yatt.core.bundled import DEFAULT_EXPERIMENT
 from yatt.core.config import dump_yaml, load_experiment
 from yatt.core.errors import InputError
+from yatt.core.safeio import atomic_write
 from yatt.core.plan import Experiment
 from yatt.core.roles import Mode, Role
 from yatt.planner.breakdown import role_facts
@@ -23,7 +24,8 @@ from yatt.planner.explain import dp_text, peak_memory, why_winner
 from yatt.planner.search import SearchResult, search
 from yatt.planner.sizes import parse_gpu_sizes, resize
 
-from .common import LazyProgress, config_or_bundled, profile_arg
+from .common import (LazyProgress, check_not_inputs, check_out_dir, check_top, config_or_bundled,
+                     profile_arg, shown, shown_lines)
 
 
 def _gb(x: float) -> str:
@@ -52,10 +54,10 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     for f in facts:
         m = f.mem
         if m is None:
-            t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
+            t.add_row(f.role.value, shown(f.model), _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
                       "", "", "", "", "does not fit", "")
             continue
-        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
+        t.add_row(f.role.value, shown(f.model), _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
                   _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
                   f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
     console.print(t)
@@ -65,15 +67,15 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     u.add_column("time", justify="right")
     for f in facts:
         for label, secs in f.unit_costs:
-            u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
+            u.add_row(f"{f.role.value} (TP{f.min_tp})", shown(label), _secs(secs))
     console.print(u)
 
 
 def _header(exp: Experiment) -> str:
     c = exp.cluster
-    return (f"[bold]{exp.name}[/]: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
-            f"{c.gpus_per_node}); actor {exp.actor.name}"
-            + (f", GenRM {exp.genrm.name}" if exp.genrm else ", rule reward")
+    return (f"[bold]{shown(exp.name)}[/]: {c.num_gpus} x {shown(c.gpu.name)} ({c.nodes} nodes x "
+            f"{c.gpus_per_node}); actor {shown(exp.actor.name)}"
+            + (f", GenRM {shown(exp.genrm.name)}" if exp.genrm else ", rule reward")
             + f"; {exp.workload.prompts_per_step} prompts x {exp.workload.samples_per_prompt}"
             " samples per step")
 
@@ -131,13 +133,12 @@ def write_outputs(out: Path, result: SearchResult) -> list[Path]:
     from yatt.core.timeline import write_chrome_trace
     from yatt.sim.gantt import plot_gantt
 
-    out.mkdir(parents=True, exist_ok=True)
     best = result.best
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
     dump_yaml(best.plan, paths[0])
     write_chrome_trace(best.trace, paths[1])
     plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
-    with open(paths[3], "w") as f:
+    with atomic_write(paths[3]) as f:
         f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
         for i, c in enumerate(result.ranked, 1):
             f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
@@ -152,7 +153,7 @@ def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
-    with open(csv, "w") as f:
+    with atomic_write(csv) as f:
         f.write("gpus,mode,step_s,samples_per_s\n")
         for g, mode, st, sps in rows:
             f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
@@ -167,22 +168,29 @@ def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    with atomic_write(png, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return [csv, png]
+
+
+OUTPUTS = ("plan.yaml", "timeline.json", "timeline.png", "ranking.csv", "scaling.csv", "scaling.png")
 
 
 def run_plan_command(args: argparse.Namespace) -> int:
     config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
     exp = load_experiment(config)
-    if args.top < 1:
-        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    check_top(args.top)
+    from yatt.planner.budget import check_plan
     from yatt.planner.profiled import cost_model_for, experiment_for
 
     profile = profile_arg(args.profile)
     exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = cost_model_for(exp, profile)
+    check_plan(exp, args.top, sizes, file=str(config))   # the work, estimated before it starts
+    out = check_out_dir(args.out)                        # writable, before the work
+    check_not_inputs(out, OUTPUTS, [config] + ([args.profile] if args.profile else []))
     console = Console(width=max(Console().width, 140))
     console.print(_header(exp))
     if args.breakdown:
@@ -192,8 +200,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     except InputError as e:
         raise e.within(file=str(config)) from None
     console.print(ranked_table(result, args.top))
-    console.print(explanation(result))
-    out = Path(args.out)
+    console.print(shown_lines(explanation(result)))
     paths = write_outputs(out, result)
     if sizes:
         rows = []
@@ -203,14 +210,14 @@ def run_plan_command(args: argparse.Namespace) -> int:
                 r = _search(console, sub, cost_model_for(sub, profile), 1,
                             args.no_progress, f"{g} GPUs")
             except InputError as e:
-                console.print(f"[yellow]{g} GPUs: {e.message}[/]")
+                console.print(f"[yellow]{g} GPUs: {shown(e.message, 400)}[/]")
                 continue
             for mode in (Mode.COLOCATE, Mode.PARTIAL):
                 c = r.best_of(mode)
                 if c is not None:
                     rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
         paths += write_scaling(out, rows)
-    console.print("wrote " + ", ".join(str(p) for p in paths))
+    console.print("wrote " + ", ".join(shown(p) for p in paths))
     return 0
 
 

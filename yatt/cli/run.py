@@ -16,11 +16,13 @@ from rich.console import Console
 from yatt.core.bundled import DEMO_EXPERIMENT
 from yatt.core.config import is_plan_file, load_experiment, load_plan
 from yatt.core.errors import InputError
+from yatt.core.limits import MAX_STEPS
 from yatt.core.plan import Plan
 from yatt.core.roles import Mode
 from yatt.core.runnable import check_runnable
 
-from .common import config_or_bundled, needs_exec, phase_table, profile_arg
+from .common import (check_fault_env, check_out_dir, config_or_bundled, needs_exec, phase_table,
+                     profile_arg, shown)
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -82,15 +84,16 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     info = read_run_file(run_dir)
     plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
     steps = args.steps if args.steps_given else info["steps"]
-    console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
+    check_out_dir(run_dir, field="--resume")   # it is written to: writable, before start-up
+    console.print(f"resuming {shown(run_dir)} ({plan.describe()}) up to {steps} steps")
     try:
         run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
                  progress=not args.no_progress, ray_address=args.address,
                  controllers=info["controllers"], resume=True)
     except RunAborted as e:
-        console.print(f"[red]run stopped[/red]: {e}", highlight=False)
+        console.print(f"[red]run stopped[/red]: {shown(e, 2000)}", highlight=False)
         return 1
-    console.print(f"run dir: {run_dir}")
+    console.print(f"run dir: {shown(run_dir)}")
     return 0
 
 
@@ -100,9 +103,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     args.steps_given = args.steps is not None
     args.steps = 2 if args.steps is None else args.steps
-    if args.steps < 1:
-        raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise InputError(f"got {args.steps}; allowed: an integer >= 1 and <= {MAX_STEPS}",
+                         field="--steps")
     _check_flags(args)
+    check_fault_env()   # YATT_FAULTS, before anything starts
     if args.resume:
         return resume_command(args, Console())
     src = config_or_bundled(args.target, DEMO_EXPERIMENT)
@@ -112,7 +117,7 @@ def run_command(args: argparse.Namespace) -> int:
     exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
-    console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    console.print(f"cost model: {'profile ' + shown(args.profile) if args.profile else 'analytic defaults'}")
     if not is_plan_file(src):
         exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)
@@ -122,6 +127,10 @@ def run_command(args: argparse.Namespace) -> int:
             raise InputError(f"{src} is a {plan.mode.value} plan; --mode applies to experiment "
                              "configs (re-plan with `yatt plan`)", field="--mode")
     else:
+        from yatt.planner.budget import check_plan
+
+        check_plan(exp, 1, (), file=str(src))   # placeable, and the work within budget
+        check_out_dir(args.out)                 # writable, before planning and start-up
         try:
             result = plan_for_executor(exp, cost, mode)
         except InputError as e:
@@ -135,18 +144,18 @@ def run_command(args: argparse.Namespace) -> int:
         raise needs_exec("run", e) from None
     plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
-    out = Path(args.out)
+    out = check_out_dir(args.out)
     try:
         trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
                          progress=not args.no_progress, ray_address=args.address)
     except RunAborted as e:
-        console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
+        console.print(f"[red]run stopped[/red]: {shown(e, 2000)} (run dir: {shown(out)})", highlight=False)
         return 1
     from yatt.sim.gantt import plot_gantt
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
     fidelity_report(console, trace, cost)
-    console.print(f"run dir: {out} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
+    console.print(f"run dir: {shown(out)} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
     return 0
 
 
