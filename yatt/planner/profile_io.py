@@ -52,6 +52,21 @@ DEVICES = ("cpu", "cuda")
 Point = tuple[float, float, float]
 
 
+def _check_fit_table(rows: tuple[tuple[float, ...], ...], field: str, min_points: int = 2) -> None:
+    """A table the profiled model fits a curve to: empty (the analytic model is used), or
+    at least `min_points` distinct points with some time measured. One point cannot fix a
+    slope, and all-zero times would make the phase free: both are refused, not guessed."""
+    if not rows:
+        return
+    if len({tuple(r[:-1]) for r in rows}) < min_points:
+        raise InputError(f"{len(rows)} point(s) at {len({tuple(r[:-1]) for r in rows})} distinct "
+                         f"size(s); allowed: at least {min_points} distinct sizes (a fit needs "
+                         "them), or no table (the analytic model prices it)", field=field)
+    if not any(r[-1] > 0 for r in rows):
+        raise InputError("every time is 0; allowed: measured times (a phase is never free), or "
+                         "no table (the analytic model prices it)", field=field)
+
+
 def _check_points(points: tuple[Point, ...], field: str) -> None:
     for i, p in enumerate(points):
         if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0 or p[2] > MAX_SECONDS:
@@ -94,6 +109,9 @@ class EngineTable:
             if len(p) != 4 or p[0] < 1 or p[1] < 1 or p[2] < 1 or p[3] < 0:
                 raise InputError(f"got {list(p)}; allowed: [running >= 1, new >= 1, tokens >= 1, "
                                  f"seconds >= 0]", field=f"join[{i}]")
+        for name, rows, least in (("decode", self.decode, 2), ("prefill", self.prefill, 2),
+                                  ("join", self.join, 1), ("call", self.call, 1)):
+            _check_fit_table(rows, name, least)
 
 
 @dataclass(frozen=True)
@@ -137,6 +155,8 @@ class ModelTables:
             if not 0 <= n <= self.stop_cap or self.stop_cap == 0:
                 raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "
                                  f"stop_cap > 0", field=f"stop_len[{i}]")
+        _check_fit_table(self.train, "train")
+        _check_fit_table(self.logprob, "logprob")
 
 
 @dataclass(frozen=True)
@@ -180,6 +200,10 @@ class ProfileTables:
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")
+        if not (self.models or self.transfer or self.contention or self.rpc_s or self.handoff_s):
+            raise InputError("holds no measurement; allowed: the tables `yatt profile` writes, "
+                             "or no `tables` key (the analytic model with these efficiencies)",
+                             field="models")
         for i, (b, t) in enumerate(self.transfer):
             if b <= 0 or t < 0:
                 raise InputError(f"got {[b, t]}; allowed: [bytes > 0, seconds >= 0]",
