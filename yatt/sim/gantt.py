@@ -7,8 +7,8 @@ would be unreadable at 48+ devices, so each row is one device but rows are thin 
 block is labelled). A strip below shows the fraction of devices busy over time.
 
 At most `MAX_ROWS` device rows are drawn: a larger block shows evenly spaced devices and
-says how many of its devices are shown. The strip always counts every device. Without the
-cap a 10k-GPU plan took minutes and gigabytes to draw, for a picture no one can read.
+says how many of its devices are shown. The strip always counts every device. Drawing
+every device of a 10k-GPU plan takes minutes and gigabytes, for a picture no one can read.
 """
 from __future__ import annotations
 
