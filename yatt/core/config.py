@@ -17,7 +17,7 @@ from . import catalog
 from .errors import InputError
 from .limits import CONFIG_MAX_BYTES
 from .plan import Experiment, Plan
-from .safeio import atomic_write
+from .safeio import atomic_write, read_at_most
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
 
@@ -33,8 +33,7 @@ def read_yaml(path: str | Path) -> Any:
         if not path.is_file():
             raise InputError("not a file", file=str(path))
         cap = CONFIG_MAX_BYTES.value()
-        with open(path, "rb") as f:
-            raw = f.read(cap + 1)   # never more than the cap: a huge file is refused unread
+        raw = read_at_most(path, cap)   # never more than the cap: a huge file is refused unread
     except OSError as e:  # permissions, a name too long, ...
         raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
     if len(raw) > cap:

@@ -90,6 +90,20 @@ def atomic_write(path: str | os.PathLike, mode: str = "w", *, fsync: bool = Fals
         os.close(dfd)
 
 
+def read_at_most(path: str | os.PathLike, limit: int) -> bytes:
+    """The bytes of `path`, or its first `limit` + 1 when it is larger (the caller refuses
+    it): read in blocks, so a huge or endless file costs no more than `limit`."""
+    chunks, total = [], 0
+    with open(path, "rb") as f:
+        while total <= limit:
+            block = f.read(min(1 << 20, limit + 1 - total))
+            if not block:
+                break
+            chunks.append(block)
+            total += len(block)
+    return b"".join(chunks)
+
+
 def write_text(path: str | os.PathLike, text: str, *, fsync: bool = False) -> Path:
     with atomic_write(path, "w", fsync=fsync) as f:
         f.write(text)

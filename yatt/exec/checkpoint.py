@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 from yatt.core.errors import InputError
 from yatt.core.jsonl import parse_line
 from yatt.core.limits import MAX_GPUS, MAX_SECONDS, MAX_STEPS
-from yatt.core.safeio import ensure_dir, write_text
+from yatt.core.safeio import ensure_dir, read_at_most, write_text
 from yatt.core.schema import from_dict, spec_field, to_dict
 
 FORMAT = "yatt.checkpoint/1"
@@ -172,7 +172,8 @@ def _inside(rel: Any) -> bool:
     if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel:
         return False
     parts = PurePosixPath(rel).parts
-    return not PurePosixPath(rel).is_absolute() and all(p not in ("", ".", "..") for p in parts)
+    return (bool(parts) and not PurePosixPath(rel).is_absolute()
+            and all(p not in ("", ".", "..") for p in parts))
 
 
 def verify(d: Path) -> Optional[str]:
@@ -217,8 +218,7 @@ def read_json(path: Path) -> Any:
     """A small JSON file of a run directory, strictly (duplicate keys refused), as data."""
     if not _is_real(path, stat.S_ISREG):
         raise InputError("missing, or not a regular file", file=str(path))
-    with open(path, "rb") as f:
-        raw = f.read(_JSON_MAX + 1)
+    raw = read_at_most(path, _JSON_MAX)
     if len(raw) > _JSON_MAX:
         raise InputError(f"larger than {_JSON_MAX:,} bytes", file=str(path))
     return parse_line(raw, 1, str(path)) if raw.strip() else None

@@ -213,8 +213,8 @@ def _scan_trainer(d: Path) -> None:
 
 def scan(checkpoint_dir: Path) -> Optional[str]:
     """None when every trainer file of `checkpoint_dir` loads without running code, else a
-    one-line reason naming the file (for `checkpoint.latest_valid`)."""
-    install()
+    one-line reason naming the file (for `checkpoint.latest_valid`). Needs torch only:
+    the driver checks without importing megatron."""
     try:
         _scan_trainer(Path(checkpoint_dir) / TRAINER)
     except UnsafeCheckpoint as e:
