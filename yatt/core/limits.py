@@ -162,10 +162,12 @@ def charge(units: float) -> None:
                          f"{SIM_WORK.raise_hint()}", field=m.field, file=m.file)
 
 
-def check_work(estimate: float, field: str, what: str, file: str = "") -> None:
-    """Refuse, before starting, work estimated past the budget; `field` is what drives it."""
+def check_work(estimate: float, field: str, what: str, file: str = "",
+               allowed: str = "a smaller value") -> None:
+    """Refuse, before starting, work estimated past the budget; `field` is what drives it
+    and `allowed` says what to change."""
     budget = SIM_WORK.value()
     if estimate > budget:
         raise InputError(f"{what} come to ~{estimate:.2g} simulated requests, past the budget "
-                         f"of {budget:,}; allowed: a smaller value, or {SIM_WORK.raise_hint()}",
+                         f"of {budget:,}; allowed: {allowed}, or {SIM_WORK.raise_hint()}",
                          field=field, file=file)

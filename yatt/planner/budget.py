@@ -82,7 +82,7 @@ def check_plan(exp: Experiment, top: int, sizes: Sequence[int], file: str = "") 
         except InputError:   # a size nothing fits on: `yatt plan` skips it with a note
             continue
     check_work(work + extra, "--gpus", "the placement searches' simulations (one per --gpus size)",
-               file)
+               file, allowed="fewer or smaller --gpus sizes")
 
 
 def check_replay(trace: Trace, sizes: Sequence[int], modes: Sequence[Mode],
@@ -93,7 +93,8 @@ def check_replay(trace: Trace, sizes: Sequence[int], modes: Sequence[Mode],
     steps = len({s.step for s in trace.samples})
     per_step = -(-len(trace.samples) // max(1, steps))
     base = one_simulation(exp, steps, per_step)
-    check_work(base, "sample", "re-simulating the recorded steps", file)
+    check_work(base, "sample", "re-simulating the recorded steps", file,
+               allowed="a trace with fewer steps or samples")
     extra = 0.0
     for g in sizes:
         sized = resize(exp, g, cluster)
@@ -104,4 +105,4 @@ def check_replay(trace: Trace, sizes: Sequence[int], modes: Sequence[Mode],
             raise InputError(f"{g} x {sized.cluster.gpu.name}: {e.message}", field="--gpus") from None
         extra += len(modes) * one_simulation(sized, steps, per_step)
     check_work(base + extra, "--gpus", "the what-if searches' simulations (one per --gpus size)",
-               file)
+               file, allowed="fewer or smaller --gpus sizes")

@@ -206,7 +206,8 @@ def calibrate(traces: Sequence[Trace], *, start: Optional[Efficiency] = None, ho
     per_eval = sum(sim_requests(len(t.samples) / max(1, n), t.meta.plan.cluster.num_gpus, n)
                    for t in traces for n in [len({s.step for s in t.samples})])
     check_work((2 + max_iterations * (1 + len(coefs))) * per_eval, "TRACE",
-               f"{max_iterations} fit iterations over {len(coefs)} coefficients")
+               f"{max_iterations} fit iterations over {len(coefs)} coefficients",
+               allowed="fewer or shorter traces")
     x0 = np.array([_encode(c, getattr(start, c.value)) for c in coefs])
     lo = np.array([_encode(c, 1.0) if KIND[c] is Kind.FRACTION else 0.0 for c in coefs]) / x0
     hi = np.array([_encode(c, FRACTION_MIN) if KIND[c] is Kind.FRACTION else SECONDS_MAX[c]
