@@ -133,6 +133,7 @@ def write_outputs(out: Path, result: SearchResult) -> list[Path]:
     from yatt.core.timeline import write_chrome_trace
     from yatt.sim.gantt import plot_gantt
 
+    out.mkdir(parents=True, exist_ok=True)
     best = result.best
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
     dump_yaml(best.plan, paths[0])
