@@ -12,10 +12,10 @@ from typing import Sequence
 from yatt.core.errors import InputError
 from yatt.core.limits import work_budget
 
-from . import calibrate, demo, plan, profile, replay, run
+from . import calibrate, demo, export, plan, profile, replay, run
 from .common import Parser
 
-VERBS = (plan, run, replay, calibrate, profile, demo)
+VERBS = (plan, run, export, replay, calibrate, profile, demo)
 
 
 def build_parser() -> Parser:

@@ -17,8 +17,10 @@ import typing
 from enum import Enum
 from typing import Any, Sequence, Union
 
+from .jobspec import DataSpec, JudgeSpec, LogSpec, RewardSpec
 from .limits import KNOBS, LIMITS
 from .plan import Experiment, Plan, RolePlacement, SearchSpec
+from .prediction import PhaseSeconds, Prediction, RoleMemory
 from .schema import number_text
 from .specs import (AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, GpuSpec, LengthDist,
                     ModelSpec, Workload)
@@ -50,9 +52,18 @@ CORE_SECTIONS: tuple[Section, ...] = (
     Section("`engine`", EngineSpec),
     Section("`search`", SearchSpec),
     Section("`checkpoint`", CheckpointSpec),
+    Section("`data`", DataSpec, "The user's prompts; see docs/own-job.md."),
+    Section("`reward`", RewardSpec, "The rule reward and how it mixes with the GenRM (`algo.reward`)."),
+    Section("`genrm_judge`", JudgeSpec, "How the GenRM is asked and how its verdict is read."),
+    Section("`log`", LogSpec),
     Section("`plan.yaml` (top level)", Plan,
             "`yatt plan` writes it; `yatt run PLAN` runs it as written."),
     Section("`plan.yaml` `placements[]`", RolePlacement),
+    Section("`plan.yaml` `predicted`", Prediction,
+            "Written by `yatt plan`; optional when a plan is written by hand. `load_plan` checks it "
+            "and writes it back unchanged; `yatt run` ignores it."),
+    Section("`plan.yaml` `predicted.phases[]`", PhaseSeconds),
+    Section("`plan.yaml` `predicted.memory[]`", RoleMemory),
 )
 
 INTRO = """\

@@ -26,7 +26,7 @@ MAX_SAMPLES_PER_PROMPT = 65_536     # a GRPO group (real: 4-64)
 MAX_TOKENS = 1 << 24          # tokens of one prompt or response (16.8M; longest contexts ~10^6)
 MAX_RESAMPLE_ROUNDS = 100     # dynamic-sampling rounds per step (real: 1-10)
 MAX_SEEDS = 100               # seeded simulations per candidate (real: 1-5)
-MAX_LIST = 64                 # entries of a choice list: tp_choices, --gpus, at_steps, modes
+MAX_LIST = 64                 # entries of a choice list: tp/pp_choices, --gpus, at_steps, modes
 MAX_TOP = 100                 # `yatt plan --top` rows (each is re-simulated over every seed)
 MAX_STEPS = 10_000_000        # RL steps of a run or a trace
 MAX_CONTROLLERS = 1_024       # step controllers
@@ -50,7 +50,8 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ("`workload.max_resample_rounds`", f"{MAX_RESAMPLE_ROUNDS}", "real: 1-10"),
     ("`search.seeds`", f"{MAX_SEEDS}", "real: 1-5"),
     ("entries of a list that multiplies work (`search.modes`, `search.tp_choices`, "
-     "`search.engine_tp_choices`, `--gpus`); `checkpoint.keep_last`", f"{MAX_LIST}", ""),
+     "`search.engine_tp_choices`, `search.pp_choices`, `--gpus`); `checkpoint.keep_last`",
+     f"{MAX_LIST}", ""),
     ("`yatt plan --top`", f"{MAX_TOP}", "each row is re-simulated over every seed"),
     ("RL steps (`--steps`, trace `steps`, step ids)", f"{MAX_STEPS:,}", ""),
     ("`search.controllers`, `plan.controllers`", f"{MAX_CONTROLLERS:,}", ""),

@@ -7,12 +7,15 @@ trace records. A Plan is self-contained: it embeds the Experiment it was made fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from .errors import InputError
 from .limits import MAX_CONTROLLERS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LIST, MAX_SEEDS
+from .prediction import Prediction
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
+from .jobspec import (ARITH_DATA, BuiltinData, BuiltinReward, DataSpec, Dtype, JudgeSpec, LogSpec,
+                      RewardSpec)
 from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
 
 
@@ -24,6 +27,8 @@ class SearchSpec:
     tp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="TP sizes tried for each role")
     engine_tp_choices: tuple[int, ...] = spec_field((), help="TP sizes for rollout/GenRM engines "
                                                             "(empty: tp_choices)")
+    pp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="trainer pipeline-parallel sizes tried "
+                                                               "(1: no pipeline)")
     balance: BalancePolicy = spec_field(BalancePolicy.KK, help="how sequences are split over trainer DP "
                                                                "ranks: naive chunks, greedy LPT or "
                                                                "Karmarkar-Karp")
@@ -38,7 +43,7 @@ class SearchSpec:
     def __post_init__(self) -> None:
         if not self.modes:
             raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
-        for name in ("modes", "tp_choices", "engine_tp_choices"):
+        for name in ("modes", "tp_choices", "engine_tp_choices", "pp_choices"):
             if len(getattr(self, name)) > MAX_LIST:
                 raise InputError(f"got {len(getattr(self, name))} entries; allowed: at most {MAX_LIST}",
                                  field=name)
@@ -47,8 +52,14 @@ class SearchSpec:
                 if not 1 <= tp <= MAX_GPUS_PER_NODE:
                     raise InputError(f"got {tp}; allowed: integers >= 1 and <= {MAX_GPUS_PER_NODE} "
                                      "(a TP group sits inside one node)", field=f"{name}[{i}]")
+        for i, pp in enumerate(self.pp_choices):   # stages may span nodes
+            if not 1 <= pp <= MAX_GPUS:
+                raise InputError(f"got {pp}; allowed: integers >= 1 and <= {MAX_GPUS:,}",
+                                 field=f"pp_choices[{i}]")
         if not self.tp_choices:
             raise InputError("needs at least one TP size", field="tp_choices")
+        if not self.pp_choices:
+            raise InputError("needs at least one PP size (1: no pipeline)", field="pp_choices")
 
     @property
     def engine_tps(self) -> tuple[int, ...]:
@@ -67,11 +78,39 @@ class Experiment:
     engine: EngineSpec = spec_field(EngineSpec(), help="inference engine settings")
     search: SearchSpec = spec_field(SearchSpec(), help="what the planner may choose from")
     checkpoint: CheckpointSpec = spec_field(CheckpointSpec(), help="checkpoints and fault handling")
+    # the user's own job (core/jobspec.py; docs/own-job.md)
+    data: DataSpec = spec_field(ARITH_DATA, help="prompts to train on: a dataset file or the "
+                                                 "built-in arith task")
+    reward: RewardSpec = spec_field(RewardSpec(), help="the rule reward: a function or a built-in, "
+                                                       "and how it mixes with the GenRM")
+    genrm_judge: JudgeSpec = spec_field(JudgeSpec(), help="how the GenRM is asked and how its verdict is read")
+    log: LogSpec = spec_field(LogSpec(), help="where metrics are logged besides metrics.csv")
+    dtype: Dtype = spec_field(Dtype.FLOAT32, help="weights and engines: float32 | bfloat16 "
+                                                  "(bfloat16 runs float32 on CPU)")
 
     def __post_init__(self) -> None:
-        if self.algo.reward is RewardSource.GENRM and self.genrm is None:
-            raise InputError("algo.reward is 'genrm' but no genrm model is given; "
-                             "allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward.needs_genrm and self.genrm is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but no genrm model is "
+                             "given; allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward is not RewardSource.GENRM and self.rule_reward is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but there is no rule to "
+                             "score with; allowed: reward.function, reward.builtin, or "
+                             "data.answer_key (exact_match)", field="reward")
+
+    @property
+    def rule_reward(self) -> Union[str, BuiltinReward, None]:
+        """The rule reward this experiment scores with: reward.function or reward.builtin,
+        else first_integer for builtin arith data, exact_match when data has an answer_key,
+        else None (then the reward is the GenRM's alone and there is no accuracy metric)."""
+        if self.reward.function:
+            return self.reward.function
+        if self.reward.builtin is not None:
+            return self.reward.builtin
+        if self.data.builtin is BuiltinData.ARITH:
+            return BuiltinReward.FIRST_INTEGER
+        if self.data.answer_key:
+            return BuiltinReward.EXACT_MATCH
+        return None
 
 
 @dataclass(frozen=True)
@@ -131,6 +170,9 @@ class Plan:
     balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="as search.balance_cost")
     controllers: int = spec_field(1, ge=1, le=MAX_CONTROLLERS, help="as search.controllers")
     release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="as search.release")
+    predicted: Optional[Prediction] = spec_field(None, omit_none=True,
+                                                 help="what `yatt plan` predicted for this plan "
+                                                      "(informational; the executor ignores it)")
 
     def __post_init__(self) -> None:
         cluster = self.experiment.cluster
@@ -140,7 +182,7 @@ class Plan:
                 raise InputError(f"role {r.value} is placed twice (first at placements"
                                  f"[{roles.index(r)}])", field=f"placements[{i}].role")
         needed = [Role.ROLLOUT, Role.TRAINER]
-        if self.experiment.algo.reward is RewardSource.GENRM:
+        if self.experiment.algo.reward.needs_genrm:
             needed.append(Role.GENRM)
         if self.experiment.algo.use_reference:
             needed.append(Role.REFERENCE)
@@ -176,6 +218,11 @@ class Plan:
             if a & b:
                 raise InputError("partial colocate needs disjoint rollout and genrm devices; "
                                  f"shared: {sorted(a & b)[:8]}", field="placements")
+        if self.predicted is not None:
+            for i, m in enumerate(self.predicted.memory):
+                if m.role not in roles:
+                    raise InputError(f"memory for role {m.role.value}, which has no placement",
+                                     field=f"predicted.memory[{i}].role")
 
     def placement(self, role: Role) -> RolePlacement:
         for p in self.placements:

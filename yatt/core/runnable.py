@@ -12,6 +12,7 @@ import dataclasses
 from .errors import InputError
 from .plan import Plan, SearchSpec
 from .roles import Role
+from .specs import AdamMoments
 
 # Inference engines (rollout, GenRM) and the reference worker run one per device.
 ENGINE_TP_CHOICES: tuple[int, ...] = (1,)
@@ -22,7 +23,8 @@ TRAINER_PP_CHOICES: tuple[int, ...] = (1,)
 def executor_search(search: SearchSpec) -> SearchSpec:
     """`search` narrowed to the placements the executor runs."""
     engine = tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES) or ENGINE_TP_CHOICES
-    return dataclasses.replace(search, engine_tp_choices=engine)
+    pp = tuple(p for p in search.pp_choices if p in TRAINER_PP_CHOICES) or TRAINER_PP_CHOICES
+    return dataclasses.replace(search, engine_tp_choices=engine, pp_choices=pp)
 
 
 def check_runnable(plan: Plan, steps: int) -> None:
@@ -30,6 +32,9 @@ def check_runnable(plan: Plan, steps: int) -> None:
     if steps < 1:
         raise InputError(f"got {steps}; allowed: >= 1", field="steps")
     wl = plan.experiment.workload
+    if plan.experiment.algo.adam_moments is not AdamMoments.FP32:
+        raise InputError(f"adam_moments {plan.experiment.algo.adam_moments.value} is planned but "
+                         "not executed; allowed: fp32", field="algo.adam_moments")
     if wl.dynamic_sampling and wl.samples_per_prompt < 2:
         raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
                          "every 1-sample group is; allowed: samples_per_prompt >= 2",

@@ -42,6 +42,13 @@ class OldLogprobs(str, Enum):
     RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
 
 
+class AdamMoments(str, Enum):
+    """The dtype of Adam's two moments (exp_avg, exp_avg_sq); the master weights stay fp32."""
+
+    FP32 = "fp32"  # Megatron-Core's default: 12 B/param of optimizer state
+    BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -157,13 +164,15 @@ class ModelSpec:
 class LengthDist:
     """A token-length distribution, with optional heavy tail and hard cap.
 
-    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma`, clipped to
-    [min, max]. empirical: `values` sampled with `weights` (a histogram from a real run).
+    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma` (required:
+    no default shape), clipped to [min, max]. empirical: `values` sampled with `weights` (a
+    histogram from a real run).
     """
 
     kind: DistKind = spec_field(DistKind.CONST, help="distribution shape")
-    value: float = spec_field(0.0, ge=0, le=MAX_TOKENS, help="const value, or lognormal median")
-    sigma: float = spec_field(0.0, ge=0, le=5, help="lognormal shape (std of the log)")
+    value: float = spec_field(0.0, ge=0, le=MAX_TOKENS, help="const value, or lognormal median (not the mean)")
+    sigma: Optional[float] = spec_field(None, ge=0, le=5,
+                                        help="lognormal only, required: std of log(length), e.g. 0.5")
     min: int = spec_field(1, ge=0, le=MAX_TOKENS, help="lower clip (uniform: lower bound)")
     max: int = spec_field(1_000_000, ge=1, le=MAX_TOKENS, help="upper clip, the cap (uniform: upper bound)")
     values: tuple[int, ...] = spec_field((), help="empirical: the lengths")
@@ -187,6 +196,9 @@ class LengthDist:
         elif self.kind in (DistKind.CONST, DistKind.LOGNORMAL) and self.value <= 0:
             raise InputError(f"got {self.value!r}; allowed: a number > 0 for kind "
                              f"{self.kind.value}", field="value")
+        if self.kind is DistKind.LOGNORMAL and self.sigma is None:
+            raise InputError("missing; lognormal needs `sigma` (std of log(length)); allowed: "
+                             "a number in [0, 5], e.g. 0.5", field="sigma")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n integer lengths (>= 1 unless min is 0)."""
@@ -315,6 +327,9 @@ class AlgoSpec:
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
                                            "reuse each sequence's first training forward, or recompute "
                                            "them in a forward pass over the batch before training")
+    adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
+                                           "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
+                                           "planned only: the executor keeps fp32)")
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:
@@ -340,8 +355,8 @@ class CheckpointSpec:
 
     Saves happen after a step completes: every `every_steps` steps, when `every_minutes`
     have passed since the last save, and after each step listed in `at_steps` (0 turns a
-    trigger off). The trainer's write is asynchronous; `keep_last` sealed checkpoints are
-    kept. A dead actor is restarted up to `max_restarts` times per run and the step is
+    trigger off), and after the run's last step unless `final` is false. The trainer's
+    write is asynchronous; `keep_last` sealed checkpoints are kept. A dead actor is restarted up to `max_restarts` times per run and the step is
     redone; `max_nonfinite_steps` consecutive steps with a non-finite loss or gradient
     stop the run.
     """
@@ -355,6 +370,7 @@ class CheckpointSpec:
                                              "training goes on")
     max_restarts: int = spec_field(3, ge=0, le=MAX_STEPS, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, le=MAX_STEPS, help="consecutive non-finite steps that stop the run")
+    final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")
 
     @property
     def any_trigger(self) -> bool:

@@ -1,4 +1,4 @@
-"""HF (Qwen2/Llama safetensors) <-> Megatron-Core GPTModel weight conversion, with TP sharding.
+"""HF (Qwen2/Llama/Qwen3 safetensors) <-> Megatron-Core GPTModel weight conversion, with TP sharding.
 
 Why: the trainer starts from an HF checkpoint and must hand HF-named weights back to vLLM
 after every step. Conversion is split in two layers so each is simple and testable:
@@ -7,7 +7,8 @@ after every step. Conversion is split in two layers so each is simple and testab
     for each KV group g, [q heads of g; k_g; v_g] along dim 0. `linear_fc1` is [gate; up].
   * TP sharding: `shard` / `unshard` split/concatenate the full tensors for a TP rank:
     column-parallel (qkv, fc1, embedding, output) along dim 0 -- fc1 splits gate and up
-    separately; row-parallel (linear_proj, fc2) along dim 1; norms replicated. Because
+    separately; row-parallel (linear_proj, fc2) along dim 1; norms replicated (Qwen3's
+    q/k norms act on one head's width, so every rank holds them whole). Because
     QKV groups are contiguous, a plain dim-0 split gives each rank kv_heads/tp groups.
 """
 from __future__ import annotations
@@ -63,15 +64,18 @@ _LAYER = (("self_attn.o_proj.weight", "self_attention.linear_proj.weight"),
           ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight"),
           ("mlp.down_proj.weight", "mlp.linear_fc2.weight"))
 _QKV = ("q_proj", "k_proj", "v_proj")
+_QK_NORM = (("self_attn.q_norm.weight", "self_attention.q_layernorm.weight"),
+            ("self_attn.k_norm.weight", "self_attention.k_layernorm.weight"))
 
 
-def _renames(spec: ModelSpec) -> list[tuple[str, str]]:
+def _renames(spec: ModelSpec, arch: Arch) -> list[tuple[str, str]]:
     pairs = list(_TOP)
     if not spec.tied_embeddings:
         pairs.append(("lm_head.weight", "output_layer.weight"))
+    layer = _LAYER + (_QK_NORM if arch is Arch.QWEN3 else ())
     for i in range(spec.layers):
         h, m = f"model.layers.{i}.", _L.format(i=i)
-        pairs += [(h + a, m + b) for a, b in _LAYER]
+        pairs += [(h + a, m + b) for a, b in layer]
     return pairs
 
 
@@ -82,7 +86,7 @@ def _qkv_kinds(arch: Arch) -> tuple[str, ...]:
 def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
     """HF-named tensors -> full (unsharded) megatron-named tensors."""
     arch = Arch(arch)
-    out = {mg: hf[name] for name, mg in _renames(spec)}
+    out = {mg: hf[name] for name, mg in _renames(spec, arch)}
     for i in range(spec.layers):
         h, m = f"model.layers.{i}.", _L.format(i=i)
         for kind in _qkv_kinds(arch):
@@ -95,7 +99,7 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> 
 def megatron_to_hf(mg: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
     """Full megatron-named tensors -> HF-named tensors (lm_head omitted when tied)."""
     arch = Arch(arch)
-    out = {name: mg[m] for name, m in _renames(spec)}
+    out = {name: mg[m] for name, m in _renames(spec, arch)}
     for i in range(spec.layers):
         h, m = f"model.layers.{i}.", _L.format(i=i)
         for kind in _qkv_kinds(arch):

@@ -22,6 +22,7 @@ import torch
 
 from yatt.core.balance import group_consecutive
 from yatt.core.errors import InputError
+from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec
 
 from . import faults, megatron_shim
@@ -68,7 +69,8 @@ class MegatronTrainer(TrainerState):
 
     def __init__(self, spec: ModelSpec, hf_path: str, algo: AlgoSpec, *, tp: int, dp: int,
                  rank: int, master_addr: str, master_port: int, seed: int = 0,
-                 device: str = "cpu", clip_grad: float = 1.0, pad_id: int = 0) -> None:
+                 device: str = "cpu", clip_grad: float = 1.0, pad_id: int = 0,
+                 dtype: Dtype = Dtype.FLOAT32) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
 
@@ -80,6 +82,9 @@ class MegatronTrainer(TrainerState):
         megatron_shim.install(device)
         self.spec, self.algo, self.tp, self.dp, self.rank = spec, algo, tp, dp, rank
         self.pad_id = pad_id
+        # bf16 weights with fp32 main grads and optimizer state, as Megatron trains on GPU;
+        # on CPU the job runs float32 (job.prepare_job says so)
+        self.bf16 = dtype is Dtype.BFLOAT16 and device.startswith("cuda")
         self.kl_fn = KL_ESTIMATORS[algo.kl_estimator]
         self.nonfinite_steps = 0
         self.device = torch.device(device)
@@ -95,7 +100,7 @@ class MegatronTrainer(TrainerState):
         ps.initialize_model_parallel(tp, 1)
         tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
         self.tp_rank = ps.get_tensor_model_parallel_rank()
-        model = build_gpt_model(spec, self.meta, tp, device=str(self.device))
+        model = build_gpt_model(spec, self.meta, tp, device=str(self.device), bf16=self.bf16)
         load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank)
         self.model = model
         self.ddp, self.optimizer = self._wrap(model, algo.lr, algo.distributed_optimizer, clip_grad)
@@ -111,9 +116,14 @@ class MegatronTrainer(TrainerState):
         ddp_cfg = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=False,
             use_distributed_optimizer=distributed_optimizer)
-        ddp = DistributedDataParallel(model.config, ddp_cfg, model)
+        inner = model
+        if self.bf16:
+            from megatron.core.transformer.module import Float16Module
+            inner = Float16Module(model.config, model)
+        ddp = DistributedDataParallel(model.config, ddp_cfg, inner)
         opt_cfg = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=clip_grad,
-                                  bf16=False, fp16=False, params_dtype=torch.float32,
+                                  bf16=self.bf16, fp16=False,
+                                  params_dtype=torch.bfloat16 if self.bf16 else torch.float32,
                                   use_distributed_optimizer=distributed_optimizer)
         return ddp, get_megatron_optimizer(opt_cfg, [ddp])
 

@@ -36,15 +36,18 @@ def one_simulation(exp: Experiment, steps: int = 1, samples: Optional[int] = Non
 
 def search_simulations(exp: Experiment) -> int:
     """Simulations one placement search runs before re-seeding its shortlist (an upper
-    estimate from the TP choices that fit: coordinate descent over them, and a split search
-    per TP pair it visits). InputError when nothing can be placed."""
+    estimate from the TP choices and trainer TP x PP layouts that fit: coordinate descent
+    over them, and a split search per point it visits). InputError when nothing can be
+    placed."""
     space = placeable_space(exp)
-    r, g, t = len(space.rollout_tps), max(1, len(space.genrm_tps)), len(space.trainer_tps)
+    r, g, t = len(space.rollout_tps), max(1, len(space.genrm_tps)), len(space.trainer_layouts)
+    colocate = Mode.COLOCATE in exp.search.modes or exp.genrm is None
     n = 0
-    if Mode.COLOCATE in exp.search.modes or exp.genrm is None:
+    if colocate:
         n += SWEEPS * (r + g + t)
     if Mode.PARTIAL in exp.search.modes and exp.genrm is not None:
-        n += FIRST_SPLIT_SIMS + LOCAL_SPLIT_SIMS * SWEEPS * (r + g)
+        # without a colocate search, the partial search also walks the trainer layouts
+        n += FIRST_SPLIT_SIMS + LOCAL_SPLIT_SIMS * SWEEPS * (r + g + (0 if colocate else t))
     return max(1, n)
 
 
@@ -67,13 +70,16 @@ def search_work(exp: Experiment, top: int, seeds: Optional[int] = None, steps: i
     return explore + reseed, field
 
 
-def check_plan(exp: Experiment, top: int, sizes: Sequence[int], file: str = "") -> None:
-    """Refuse `yatt plan` (a search, and one per --gpus size) past the work budget, or an
-    experiment that cannot be placed at all."""
+def check_plan(exp: Experiment, top: int, sizes: Sequence[int], file: str = "",
+               given: bool = False) -> None:
+    """Refuse `yatt plan` (a search, a given placement scored over the same seeds, and a
+    search per --gpus size) past the work budget, or an experiment that cannot be placed."""
     try:
         work, field = search_work(exp, top)
     except InputError as e:
         raise e.within(file=file) from None
+    if given:
+        work += exp.search.seeds * one_simulation(exp)
     check_work(work, field, "the placement search's simulations", file)
     extra = 0.0
     for g in sizes:
