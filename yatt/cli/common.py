@@ -14,7 +14,8 @@ from typing import Any, Optional
 
 from yatt.core.errors import InputError, clean
 from yatt.core.limits import MAX_TOP
-from yatt.core.safeio import check_not_inputs, check_out_dir, check_out_file  # noqa: F401 - for the verbs
+from yatt.core.safeio import (check_new_dir, check_not_inputs, check_out_dir,  # noqa: F401 - for the verbs
+                              check_out_file)
 
 
 class Parser(argparse.ArgumentParser):
@@ -112,7 +113,7 @@ def cost_model_line(path: Optional[str], profile: Any) -> str:
     if not path:
         return "cost model: analytic defaults"
     kind = "measured tables" if getattr(profile, "tables", None) is not None else "efficiencies"
-    return f"cost model: profile {path} ({kind})"
+    return f"cost model: profile {clean(path)} ({kind})"   # plain text (printed markup=False)
 
 
 def efficiency_arg(path: Optional[str]):

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Optional
 
 from yatt.planner.sizes import parse_gpu_sizes
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
 from yatt.core.limits import MAX_GPUS
 from yatt.core.safeio import atomic_write
 from yatt.core.roles import Mode
@@ -200,7 +200,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     err = median_phase_error(rep)
     if err > CALIBRATE_ABOVE:
         console.print(f"median per-phase error {err * 100:.0f}% (> {CALIBRATE_ABOVE * 100:.0f}%): the trace "
-                      f"ran at other efficiencies; fit them with `yatt calibrate {args.trace} -o "
+                      f"ran at other efficiencies; fit them with `yatt calibrate {clean(args.trace, 400)} -o "
                       "profile.yaml` and replay with --profile profile.yaml", markup=False, soft_wrap=True)
     console.print(whatif_table(rep, rows))
     best = min(rows, key=lambda w: w.step_s, default=None)

@@ -15,7 +15,7 @@ from rich.console import Console
 
 from yatt.core.bundled import DEMO_EXPERIMENT
 from yatt.core.config import is_plan_file, load_experiment, load_plan
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
 from yatt.core.limits import MAX_STEPS
 from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
@@ -103,7 +103,7 @@ def _worker_failed(e: Exception) -> int:
     line = describe(e)
     if line is None:
         raise e
-    print(f"yatt run: error: {line}", file=sys.stderr)
+    print(f"yatt run: error: {clean(line, 1000)}", file=sys.stderr)   # a worker's text: one line
     return 1
 
 

@@ -24,9 +24,12 @@ import os
 import secrets
 import stat
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator, Optional
+from typing import IO, TYPE_CHECKING, Any, Iterable, Iterator, Optional
 
 from .errors import InputError
+
+if TYPE_CHECKING:
+    from .limits import Knob
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -104,6 +107,43 @@ def read_at_most(path: str | os.PathLike, limit: int) -> bytes:
     return b"".join(chunks)
 
 
+def read_text_at_most(path: str | os.PathLike, knob: Optional["Knob"] = None, field: str = "") -> str:
+    """A small input file's UTF-8 text (a config, a model's config.json, a template), read
+    in blocks up to `knob`'s cap (default YATT_CONFIG_MAX_BYTES); missing, unreadable, too
+    large or not UTF-8 is an InputError naming the file (and `field`)."""
+    from .limits import CONFIG_MAX_BYTES
+
+    knob = knob or CONFIG_MAX_BYTES
+    path = Path(path)
+    try:
+        if not path.exists():
+            raise InputError("no such file", field=field, file=str(path))
+        if not path.is_file():
+            raise InputError("not a file", field=field, file=str(path))
+        cap = knob.value()
+        raw = read_at_most(path, cap)   # never more than the cap: a huge file is refused unread
+    except OSError as e:  # permissions, a name too long, ...
+        raise InputError(f"cannot read: {_why(e)}", field=field, file=str(path)) from None
+    if len(raw) > cap:
+        raise InputError(f"larger than {cap:,} bytes; allowed: a smaller file, or "
+                         f"{knob.raise_hint()}", field=field, file=str(path))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"not a UTF-8 text file (byte {e.start})", field=field,
+                         file=str(path)) from None
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike) -> Path:
+    """Copy `src` (an input: links followed) to `dst` through `atomic_write`, so the copy
+    never lands behind a link planted at `dst`."""
+    import shutil
+
+    with open(src, "rb") as fin, atomic_write(dst, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 1 << 20)
+    return Path(dst)
+
+
 def write_text(path: str | os.PathLike, text: str, *, fsync: bool = False) -> Path:
     with atomic_write(path, "w", fsync=fsync) as f:
         f.write(text)
@@ -163,20 +203,73 @@ def _probe(d: Path) -> None:
         os.close(dfd)
 
 
-def check_out_dir(path: str | os.PathLike, field: str = "--out") -> Path:
+def check_out_dir(path: str | os.PathLike, field: str = "--out", create: bool = True) -> Path:
     """Create the output directory if needed and prove a file can be written in it, before
     any work; an InputError naming `field` otherwise (a file, /dev/null, /proc, a
-    read-only disk, no permission)."""
+    read-only disk, no permission). `create=False` creates nothing: a missing directory is
+    proven creatable by probing its nearest existing parent (for a check made before
+    later checks that may still refuse the input)."""
     path = Path(path)
     try:
         if path.exists() and not path.is_dir():
             raise InputError("exists and is not a directory; allowed: a directory yatt may "
                              "write in", field=field, file=str(path))
-        path.mkdir(parents=True, exist_ok=True)
-        _probe(path)
+        if create:
+            path.mkdir(parents=True, exist_ok=True)
+            _probe(path)
+        else:
+            probe = path
+            while not probe.exists():
+                if probe.parent == probe:
+                    break
+                probe = probe.parent
+            if not probe.is_dir():
+                raise InputError(f"{str(probe)!r} is not a directory; allowed: a directory yatt "
+                                 "may write in", field=field, file=str(path))
+            _probe(probe)
     except OSError as e:
         raise InputError(f"cannot write there ({_why(e)}); allowed: a directory yatt may write in",
                          field=field, file=str(path)) from None
+    return path
+
+
+def check_new_dir(path: str | os.PathLike, field: str = "-o") -> Path:
+    """An output directory yatt writes whole (aside, then renamed into place): not a link,
+    not a file, absent or empty, and its parent (created if needed) writable; checked
+    before work."""
+    path = Path(path)
+    if is_link(path):
+        raise InputError("is a link; allowed: a new directory (yatt never writes through "
+                         "links)", field=field, file=str(path))
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise InputError("exists and is not an empty directory; allowed: a new directory",
+                         field=field, file=str(path))
+    try:
+        check_out_dir(path.parent, field=field)
+    except InputError as e:   # named as the user wrote it, not as its parent
+        raise InputError(e.message, field=field, file=str(path)) from None
+    return path
+
+
+def new_private_dir(parent: str | os.PathLike, name: str) -> Path:
+    """A fresh directory in `parent` that no one else can write in (mode 0700, a unique
+    name made with O_EXCL semantics): files a library writes by path land there, never
+    behind a link someone planted. `publish_dir` moves it into place."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f".{name[:_TMP_NAME]}.", suffix=".partial", dir=parent))
+
+
+def publish_dir(tmp: str | os.PathLike, path: str | os.PathLike) -> Path:
+    """Rename the finished private directory `tmp` to `path` (absent, or an empty real
+    directory), with the permissions a new directory gets (the umask's)."""
+    tmp, path = Path(tmp), Path(path)
+    mask = os.umask(0)
+    os.umask(mask)
+    os.chmod(tmp, 0o777 & ~mask)
+    if path.is_dir() and not path.is_symlink():
+        path.rmdir()   # empty, as check_new_dir found it (a full one: OSError, nothing lost)
+    os.replace(tmp, path)   # onto a link or a file: ENOTDIR, nothing lost
     return path
 
 

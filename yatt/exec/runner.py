@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
 from yatt.core.plan import Plan
 from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import Mode, Role
@@ -132,7 +132,9 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
 
     from .placement import Placement
 
-    log = log or (lambda m: print(m, file=sys.stderr))
+    # every line the run prints may hold user text (paths, a verdict, a reward error): one
+    # line of plain text, control bytes escaped, bounded (yatt.core.errors.clean)
+    log = log or (lambda m: print(clean(m, 2000), file=sys.stderr))
     check_runnable(plan, steps)
     faults.check_env()   # a bad YATT_FAULTS is refused here, not inside an actor
     out_dir = Path(out_dir)
