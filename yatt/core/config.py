@@ -19,7 +19,7 @@ from .hfspec import model_spec_from_hf
 from .jobspec import ChatTemplate
 from .limits import CONFIG_MAX_BYTES
 from .plan import Experiment, Plan
-from .safeio import atomic_write, read_at_most
+from .safeio import atomic_write, read_text_at_most
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
 
@@ -27,25 +27,9 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read and parse a YAML file; a missing, unreadable or non-UTF-8 file is an `InputError`."""
-    path = Path(path)
-    try:
-        if not path.exists():
-            raise InputError("no such file", file=str(path))
-        if not path.is_file():
-            raise InputError("not a file", file=str(path))
-        cap = CONFIG_MAX_BYTES.value()
-        raw = read_at_most(path, cap)   # never more than the cap: a huge file is refused unread
-    except OSError as e:  # permissions, a name too long, ...
-        raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    if len(raw) > cap:
-        raise InputError(f"larger than {cap:,} bytes; allowed: a smaller file, or raise "
-                         f"{CONFIG_MAX_BYTES.env}", file=str(path))
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not a UTF-8 text file (byte {e.start})", file=str(path)) from None
-    return parse_yaml(text, file=str(path))
+    """Read and parse a YAML file; a missing, unreadable, too large or non-UTF-8 file is an
+    `InputError` (the cap: YATT_CONFIG_MAX_BYTES)."""
+    return parse_yaml(read_text_at_most(path, CONFIG_MAX_BYTES), file=str(path))
 
 
 def _mapping(data: Any, file: Path, field: str = "") -> dict[str, Any]:
@@ -174,14 +158,10 @@ def _job_paths(data: dict, base: Path) -> None:
             raise InputError(f"got {show(ref)}; allowed: a path to a text file",
                              field="genrm_judge.template_file")
         path = Path(_abs(ref, base))
-        try:
-            judge["template"] = path.read_bytes().decode("utf-8")
-        except OSError as e:
-            raise InputError(f"cannot read {path}: {e.strerror or e}",
-                             field="genrm_judge.template_file") from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"{path} is not UTF-8 text (byte {e.start})",
-                             field="genrm_judge.template_file") from None
+        if not path.is_file():
+            why = "not a file" if path.exists() else "no such file"
+            raise InputError(f"cannot read {path}: {why}", field="genrm_judge.template_file")
+        judge["template"] = read_text_at_most(path, field="genrm_judge.template_file")
         data["genrm_judge"] = judge
 
 

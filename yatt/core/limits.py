@@ -35,6 +35,7 @@ MAX_MODEL_DIM = 1 << 24       # any one dimension of a model shape (layers, hidd
 MAX_PAYLOAD_BYTES = 1 << 40   # extra bytes per prompt (1 TiB)
 MAX_SECONDS = 1e9             # any time or duration, in seconds (31 years)
 MAX_STRING = 65_536           # characters of any one string (names, paths, labels)
+MAX_DATASET_ROWS = 10_000_000  # rows of one dataset (`data.train`, `data.eval`; real: 10^3-10^6)
 FLOAT_LIMIT = 1e15            # |x| of any other number: products of a few stay far below 1e308
 MIN_RATE = 1e-6               # fractions and rates that divide work (MFU, GB/s, TFLOP/s)
 
@@ -44,25 +45,31 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
     ("`cluster.gpus_per_node`", f"{MAX_GPUS_PER_NODE:,}", "8 on DGX-class nodes, 72 in a rack"),
     ("samples per step (`workload.prompts_per_step` x `samples_per_prompt`)",
      f"{MAX_SAMPLES_PER_STEP:,}", "real steps: 10^3-10^5"),
-    ("`workload.samples_per_prompt`", f"{MAX_SAMPLES_PER_PROMPT:,}", "real groups: 4-64"),
+    ("`workload.samples_per_prompt`, `data.eval_samples`", f"{MAX_SAMPLES_PER_PROMPT:,}",
+     "real groups: 4-64"),
     ("tokens of one prompt, response or micro-batch (length `max`, `value`, `values[]`, "
-     "`algo.micro_batch_tokens`)", f"{MAX_TOKENS:,}", "longest contexts: ~10^6"),
+     "`algo.micro_batch_tokens`, `data.max_prompt_len`, `genrm_judge.max_tokens`)",
+     f"{MAX_TOKENS:,}", "longest contexts: ~10^6"),
     ("`workload.max_resample_rounds`", f"{MAX_RESAMPLE_ROUNDS}", "real: 1-10"),
-    ("`search.seeds`", f"{MAX_SEEDS}", "real: 1-5"),
+    ("`search.seeds`, plan `predicted.seeds`", f"{MAX_SEEDS}", "real: 1-5"),
     ("entries of a list that multiplies work (`search.modes`, `search.tp_choices`, "
      "`search.engine_tp_choices`, `search.pp_choices`, `--gpus`); `checkpoint.keep_last`",
      f"{MAX_LIST}", ""),
     ("`yatt plan --top`", f"{MAX_TOP}", "each row is re-simulated over every seed"),
-    ("RL steps (`--steps`, trace `steps`, step ids)", f"{MAX_STEPS:,}", ""),
+    ("RL steps (`--steps`, trace `steps`, step ids, `data.epochs`, `data.eval_every`)",
+     f"{MAX_STEPS:,}", ""),
     ("`search.controllers`, `plan.controllers`", f"{MAX_CONTROLLERS:,}", ""),
     ("`algo.ppo_epochs`, `algo.mini_batches`", f"{MAX_EPOCHS:,}", "real: 1-8"),
     ("any one model dimension (`layers`, `hidden`, `heads`, `vocab`, ...)", f"{MAX_MODEL_DIM:,}",
      "largest published: vocab ~256k, hidden ~16k"),
     ("`workload.sample_payload_bytes`", f"{MAX_PAYLOAD_BYTES:,}", "1 TiB"),
-    ("any time or duration (trace `start_s`/`end_s`, profile and efficiency `*_s`)",
+    ("any time or duration (trace `start_s`/`end_s`, profile and efficiency `*_s`, "
+     "`reward.timeout_s`, plan `predicted.step_s` and phase `seconds`)",
      f"{MAX_SECONDS:g} s", "31 years"),
-    ("characters of any one string (names, paths, labels)", f"{MAX_STRING:,}",
-     "names are shown in tables, cut to 200 characters"),
+    ("characters of any one string (names, paths, labels, `genrm_judge.template`)",
+     f"{MAX_STRING:,}", "names are shown in tables, cut to 200 characters"),
+    ("rows of one dataset (`data.train`, `data.eval`)", f"{MAX_DATASET_ROWS:,}",
+     "real prompt sets: 10^3-10^6"),
     ("magnitude of any other number", f"{FLOAT_LIMIT:g}",
      "keeps every product of a few numbers finite"),
     ("fractions and rates that divide work (efficiencies, GPU TFLOP/s and GB/s)",
@@ -109,7 +116,12 @@ SIM_WORK = Knob("YATT_MAX_SIM_WORK", 50_000_000,
                 "simulated requests one command may run, all simulations together (a request "
                 f"is one sample in one simulated step; a device counts as {DEVICE_REQUESTS} a "
                 "step): ~15 minutes on the project's 2-core VM, ~50x the bundled default plan")
-KNOBS: tuple[Knob, ...] = (CONFIG_MAX_BYTES, TRACE_MAX_LINE_BYTES, TRACE_MAX_BYTES, SIM_WORK)
+DATA_MAX_BYTES = Knob("YATT_DATA_MAX_BYTES", 1 << 30,
+                      "bytes of one dataset (`data.train`, `data.eval`: the file, or every file "
+                      "of a save_to_disk directory; a parquet file's decoded table): its rows "
+                      "are tokenized in memory")
+KNOBS: tuple[Knob, ...] = (CONFIG_MAX_BYTES, TRACE_MAX_LINE_BYTES, TRACE_MAX_BYTES, DATA_MAX_BYTES,
+                           SIM_WORK)
 
 
 # ---- the simulation work meter --------------------------------------------------------------
