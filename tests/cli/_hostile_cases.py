@@ -288,6 +288,37 @@ def _plan_out_file(ctx: Ctx) -> list[str]:
     return ["plan", str(demo_config(ctx)), "--out", _a_file(ctx), "--no-progress"]
 
 
+def _export(ctx: Ctx, target: str) -> list[str]:
+    return ["export", str(run_dir(ctx)), "-o", target]
+
+
+def _export_link(ctx: Ctx) -> list[str]:
+    """-o is a link to another directory (the victim's): an export must not land there."""
+    elsewhere = ctx.tmp / "elsewhere"
+    elsewhere.mkdir()
+    os.symlink(elsewhere, ctx.tmp / "hf")
+    return _export(ctx, str(ctx.tmp / "hf"))
+
+
+def _export_not_empty(ctx: Ctx) -> list[str]:
+    d = ctx.tmp / "hf"
+    d.mkdir()
+    (d / "keep.txt").write_text("a user's file\n")
+    return _export(ctx, str(d))
+
+
+def _sparse_judge_template(ctx: Ctx) -> list[str]:
+    t = sparse_file(ctx.tmp / "judge.txt", 200 << 20)
+    return _demo_plan(ctx, genrm_judge__template_file=str(t))
+
+
+def _sparse_hf_config(ctx: Ctx) -> list[str]:
+    d = ctx.tmp / "hf-model"
+    d.mkdir()
+    sparse_file(d / "config.json", 200 << 20)
+    return _demo_plan(ctx, actor=str(d))
+
+
 CASES: tuple[Case, ...] = (
     # -- links under --out: every output replaces a planted link, never writes through it
     Case("plan-links-at-outputs", "links", "plan.yaml, ranking.csv, timeline.json and their "
@@ -295,6 +326,13 @@ CASES: tuple[Case, ...] = (
          lambda c: (plant_links(c, ("plan.yaml", "ranking.csv", "timeline.json", "timeline.png")),
                     _demo_plan(c))[1],
          outcome=WRITTEN_SAFELY, after=_out_regular(("plan.yaml", "ranking.csv", "timeline.json"))),
+    Case("plan-links-at-json-and-emit", "links", "summary.json and emit-verl.sh (`--json`, "
+         "`--emit verl`) and their `.tmp` names are links out of --out",
+         lambda c: (plant_links(c, ("summary.json", "emit-verl.sh")),
+                    _demo_plan(c, "--json", "--emit", "verl"))[1],
+         outcome=WRITTEN_SAFELY, after=_out_regular(("summary.json", "emit-verl.sh"))),
+    Case("export-out-is-a-link", "links", "yatt export RUN -o LINK (a link to another directory)",
+         _export_link, "hf", "-o", "is a link"),
     Case("replay-links-at-outputs", "links", "replay's timeline and scaling files are links",
          lambda c: (plant_links(c, ("replay_timeline.json", "replay_timeline.png", "scaling.csv",
                                     "scaling.png")), _replay(c, write_trace(c)))[1],
@@ -317,6 +355,10 @@ CASES: tuple[Case, ...] = (
          "huge.yaml", "", "YATT_CONFIG_MAX_BYTES"),
     Case("profile-200mb", "bombs", "a 200 MB profile file", _sparse_profile, "profile.yaml", "",
          "YATT_CONFIG_MAX_BYTES"),
+    Case("judge-template-file-200mb", "bombs", "genrm_judge.template_file names a 200 MB file",
+         _sparse_judge_template, "judge.txt", "genrm_judge.template_file", "YATT_CONFIG_MAX_BYTES"),
+    Case("hf-config-json-200mb", "bombs", "actor: a model directory whose config.json is 200 MB",
+         _sparse_hf_config, "config.json", "actor", "YATT_CONFIG_MAX_BYTES"),
     # -- sizes: flags and inputs past their ceilings or past the work budget
     Case("gpus-80-million", "sizes", "--gpus 80000000", lambda c: _demo_plan(c, "--gpus", "80000000"),
          "", "--gpus", "at most 100000"),
@@ -364,6 +406,15 @@ CASES: tuple[Case, ...] = (
          _unwritable("run", "/dev/null"), "/dev/null", "--out", "not a directory"),
     Case("profile-out-under-dev-null", "unwritable out", "yatt profile -o /dev/null/p.yaml",
          _unwritable("profile", "/dev/null/p.yaml"), "/dev/null/p.yaml", "--out", "does not exist"),
+    Case("plan-json-proc-self", "unwritable out", "yatt plan --json /proc/self/summary.json, "
+         "before the search", lambda c: _demo_plan(c, "--json", "/proc/self/summary.json"),
+         "/proc/self/summary.json", "--json", "cannot write there"),
+    Case("export-out-dev-null", "unwritable out", "yatt export RUN -o /dev/null",
+         lambda c: _export(c, "/dev/null"), "/dev/null", "-o", "not an empty directory"),
+    Case("export-out-under-proc-self", "unwritable out", "yatt export RUN -o /proc/self/hf",
+         lambda c: _export(c, "/proc/self/hf"), "/proc/self/hf", "-o", "cannot write there"),
+    Case("export-out-not-empty", "unwritable out", "yatt export RUN -o DIR holding a file",
+         _export_not_empty, "hf", "-o", "not an empty directory"),
     # -- an output that is an input
     Case("calibrate-output-is-input", "output is input", "yatt calibrate T -o T", _calibrate_self,
          "trace.jsonl", "--output", "is also an input"),
@@ -372,6 +423,9 @@ CASES: tuple[Case, ...] = (
          "--out", "is also an input"),
     Case("plan-out-holds-input", "output is input", "yatt plan OUT/plan.yaml --out OUT",
          _out_holds_input, "out", "--out", "would overwrite the input"),
+    Case("plan-json-is-input", "output is input", "yatt plan C --json C",
+         lambda c: _demo_plan(c, "--json", str(c.tmp / "exp.yaml")), "exp.yaml", "--json",
+         "is also an input"),
     # -- run directories given to --resume
     Case("resume-plain-file", "resume files", "--resume names a file", _plain_file_run_dir, "run",
          "--resume", "not a yatt run directory", needs="exec"),
@@ -604,11 +658,11 @@ def run_case(case: Case, tmp: Path, checkpoint: Optional[Path] = None) -> Result
 def corpus() -> list[tuple[str, str, str]]:
     """(kind, file, expectation) of every file of the corpus under tests/data/bad."""
     rows = []
-    for kind in ("config", "plan", "trace", "profile"):
+    for kind in ("config", "plan", "trace", "profile", "placement", "job", "job-runtime"):
         d = BAD / kind
         side = yaml.safe_load((d / "EXPECT.yaml").read_text()) if (d / "EXPECT.yaml").is_file() else {}
         for p in sorted(d.iterdir()):
-            if p.name == "EXPECT.yaml":
+            if p.name == "EXPECT.yaml" or p.is_dir():   # a case's data files live in dirs
                 continue
             text = side.get(p.name) or p.read_bytes().split(b"\n", 1)[0].decode("utf-8", "replace")
             rows.append((kind, p.name, text.removeprefix("# expect: ")))
