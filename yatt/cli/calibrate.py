@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
 from .common import LazyProgress, check_out_file, efficiency_arg, shown, wide_console
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from yatt.core.bundled import DEMO_LEARN_EXPERIMENT
 from yatt.core.errors import InputError

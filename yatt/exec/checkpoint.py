@@ -32,13 +32,13 @@ import re
 import shutil
 import stat
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 
 from yatt.core.errors import InputError
 from yatt.core.jsonl import parse_line
-from yatt.core.limits import MAX_GPUS, MAX_SECONDS, MAX_STEPS
+from yatt.core.limits import MAX_SECONDS, MAX_STEPS
 from yatt.core.safeio import ensure_dir, read_at_most, write_text
 from yatt.core.schema import from_dict, spec_field, to_dict
 
