@@ -37,11 +37,13 @@ from yatt.core.config import load_experiment, read_yaml
 from yatt.core.errors import InputError
 from yatt.core.hfspec import model_spec_from_hf
 from yatt.core.jobspec import ARITH_DATA, DataSpec, RewardSpec
+from yatt.core.limits import MAX_LIST, MAX_SEEDS, MAX_TOP, work_budget
 from yatt.core.plan import Experiment, Plan, SearchSpec
 from yatt.core.roles import AlgoName, Mode, RewardSource
 from yatt.core.schema import from_dict
 from yatt.core.specs import AlgoSpec, ClusterSpec, LengthDist, ModelSpec, Workload
 from yatt.core.roles import DistKind
+from yatt.core.safeio import check_out_dir, ensure_dir, write_text
 
 if TYPE_CHECKING:
     from yatt.planner.advice import PlanResult
@@ -181,8 +183,9 @@ class Trainer:
 
         if self.rows is not None:   # a list of dicts becomes a file of the run, so it resumes
             path = self.out_dir / "data" / "train.jsonl"
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text("".join(json.dumps(r) + "\n" for r in self.rows))
+            check_out_dir(self.out_dir, field="out_dir")
+            ensure_dir(path.parent, root=self.out_dir)   # refuses a link planted at data/
+            write_text(path, "".join(json.dumps(r) + "\n" for r in self.rows))
             self.data = dataclasses.replace(self.data, train=str(path.resolve()))
         plan = self.plan(batch_size, ppo_epochs)
         return run_plan(plan, steps=steps, out_dir=self.out_dir, seed=self.seed, progress=progress,
@@ -216,6 +219,7 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
     """
     from yatt.core.config import is_plan_file, load_plan
     from yatt.planner.advice import plan_experiment, scaling, with_scaling
+    from yatt.planner.budget import check_plan
     from yatt.planner.costs import Pricing
     from yatt.planner.placement_text import parse_placement
     from yatt.planner.profile_io import load_profile
@@ -224,8 +228,12 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
 
     with _argument_names():
         pricing = Pricing(steps, price_per_gpu_hour)
-    if isinstance(top, bool) or not isinstance(top, int) or top < 1:
-        raise InputError(f"got {top!r}; allowed: an integer >= 1", field="top")
+    if isinstance(top, bool) or not isinstance(top, int) or not 1 <= top <= MAX_TOP:
+        raise InputError(f"got {top!r}; allowed: an integer >= 1 and <= {MAX_TOP}", field="top")
+    if seeds is not None and (isinstance(seeds, bool) or not isinstance(seeds, int)
+                              or not 1 <= seeds <= MAX_SEEDS):
+        raise InputError(f"got {seeds!r}; allowed: an integer >= 1 and <= {MAX_SEEDS}",
+                         field="seeds")
     given: Optional[Plan] = None
     if isinstance(experiment, Plan):
         given, exp = experiment, experiment.experiment
@@ -247,12 +255,19 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
         elif placement is not None:
             given = placement
         sizes = sorted(set(int(g) for g in gpus))
+        if len(sizes) > MAX_LIST:
+            raise InputError(f"got {len(sizes)} sizes; allowed: at most {MAX_LIST}", field="gpus")
         for g in sizes:
             resize(exp, g)  # refuse a bad size before searching
+        # the same work estimate and meter as `yatt plan` (yatt.core.limits)
+        check_plan(exp if seeds is None else dataclasses.replace(
+                       exp, search=dataclasses.replace(exp.search, seeds=seeds)),
+                   top, sizes, given=given is not None)
     label = f"profile {profile}" if profile is not None else "analytic defaults"
-    result = plan_experiment(exp, cost_model_for(exp, prof), cost_label=label, given=given,
-                             top=top, seeds=seeds, pricing=pricing, progress=progress)
-    if sizes:
-        rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, prof))
-        result = with_scaling(result, rows, problems)
+    with work_budget():
+        result = plan_experiment(exp, cost_model_for(exp, prof), cost_label=label, given=given,
+                                 top=top, seeds=seeds, pricing=pricing, progress=progress)
+        if sizes:
+            rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, prof))
+            result = with_scaling(result, rows, problems)
     return result

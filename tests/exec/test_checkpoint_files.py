@@ -3,6 +3,7 @@ keep-last-k, verification of truncated/corrupt files, fallback, schedule. No tor
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -14,7 +15,7 @@ def _make(run, step, payload=b"weights" * 100, keep=10):
     part = ckpt.partial_dir(run, step)
     (part / "trainer").mkdir(parents=True)
     (part / "trainer" / "__0_0.distcp").write_bytes(payload + bytes([step]))
-    ckpt.write_state(part, {"step": step, "next_step": step + 1})
+    ckpt.write_state(part, {"step": step, "next_step": step + 1, "seed": 0})
     return ckpt.commit(run, step, keep)
 
 
@@ -90,3 +91,96 @@ def test_schedule():
     t.saved(now=160.0)
     assert not t.due(1, now=200.0)
     assert not ckpt.Schedule().enabled
+
+
+# ---- a run directory is input on --resume: nothing in it is trusted ---------------------------
+@pytest.mark.parametrize("rel", ["../../../../etc/passwd", "/etc/hostname", "trainer/../../x",
+                                 "", ".", "a\\b"])
+def test_manifest_entries_leaving_the_checkpoint_are_refused_unread(tmp_path, monkeypatch, rel):
+    d = _make(tmp_path, 1)
+    man = json.loads((d / ckpt.MANIFEST).read_text())
+    man["files"][rel] = {"sha256": "0" * 64, "bytes": 1}
+    (d / ckpt.MANIFEST).write_text(json.dumps(man))
+    hashed = []
+    monkeypatch.setattr(ckpt, "_sha256", lambda p: hashed.append(p) or "x")
+    why = ckpt.verify(d)
+    assert "leaves the checkpoint directory" in why and hashed == []
+
+
+def test_links_in_a_checkpoint_are_refused(tmp_path, victim):
+    d = _make(tmp_path, 1)
+    os.symlink(victim, d / "trainer" / "extra.distcp")
+    assert "a link" in ckpt.verify(d)
+
+
+def test_a_linked_step_directory_is_not_a_checkpoint(tmp_path):
+    d = _make(tmp_path, 1)
+    os.symlink(d, ckpt.root(tmp_path) / "step-000009")
+    assert [s for s, _ in ckpt.complete(tmp_path)] == [1]
+
+
+def test_writes_replace_planted_links(tmp_path, victim):
+    part = ckpt.partial_dir(tmp_path, 3)
+    (part / "trainer").mkdir(parents=True)
+    os.symlink(victim, part / ckpt.STATE)
+    os.symlink(victim, part / ckpt.MANIFEST)
+    ckpt.write_state(part, {"step": 3, "next_step": 4, "seed": 0})
+    os.symlink(victim, ckpt.final_dir(tmp_path, 3))            # a link where the seal goes
+    ckpt.commit(tmp_path, 3, keep_last=2)
+    assert victim.read_text() == "keep me\n"
+    assert ckpt.read_state(ckpt.final_dir(tmp_path, 3))["next_step"] == 4
+
+
+def test_fresh_partial_dirs_refuse_a_linked_checkpoints_dir(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    os.symlink(tmp_path / "elsewhere", ckpt.root(tmp_path))
+    with pytest.raises(InputError, match="is a link"):
+        ckpt.fresh_dir(tmp_path, 0)
+    assert not any((tmp_path / "elsewhere").iterdir())
+
+
+@pytest.mark.parametrize("state, field", [
+    ({"step": 0, "next_step": "1", "seed": 0}, "next_step"),
+    ({"step": 0, "next_step": 1}, "seed"),
+    ({"step": 0, "next_step": 1, "seed": "7"}, "seed"),
+    ({"step": 0, "next_step": 5, "seed": 0}, "next_step"),
+    ({"step": 1e400, "next_step": 1, "seed": 0}, "step"),
+    ({"step": 0, "next_step": 1, "seed": 0, "bogus": 1}, "bogus"),
+])
+def test_state_json_is_validated_like_a_config(tmp_path, state, field):
+    d = tmp_path / "c"
+    d.mkdir()
+    (d / ckpt.STATE).write_text(json.dumps({"format": ckpt.FORMAT, **state}))
+    with pytest.raises(InputError) as e:
+        ckpt.read_state(d)
+    assert e.value.field.startswith(field) and e.value.file.endswith("state.json")
+
+
+@pytest.fixture
+def victim(tmp_path):
+    v = tmp_path / "victim.txt"
+    v.write_text("keep me\n")
+    return v
+
+
+def test_the_run_directory_writers_replace_planted_links(tmp_path, victim):
+    from pathlib import Path
+
+    from yatt.core.config import load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.core.roles import Mode
+    from yatt.exec.recorder import Recorder
+    from yatt.exec.runner import _write_run_files
+
+    plan = make_plan(load_experiment(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml"),
+                     Mode.COLOCATE)
+    out = tmp_path / "run"
+    out.mkdir()
+    names = ("trace.jsonl", "timeline.json", "plan.yaml", "metrics.csv", "learning.png", "run.json")
+    for n in names:
+        os.symlink(victim, out / n)
+        os.symlink(tmp_path / "never", out / f"{n}.tmp")
+    _write_run_files(plan, out, steps=2, seed=0, controllers=1)
+    Recorder(plan, 0).write(out, 2)
+    assert victim.read_text() == "keep me\n" and not (tmp_path / "never").exists()
+    assert all(not (out / n).is_symlink() for n in names)

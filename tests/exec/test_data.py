@@ -71,6 +71,46 @@ def test_unreadable_files_are_one_line(tmp_path, name, content, match):
     assert "\n" not in str(e.value)
 
 
+def test_datasets_past_the_caps_are_refused_unread(tmp_path, monkeypatch):
+    """YATT_DATA_MAX_BYTES bounds the file, a save_to_disk directory's files and a parquet
+    file's decoded table; MAX_DATASET_ROWS bounds the rows; one line names the knob."""
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import yatt.exec.data as data
+
+    big = [{"q": "x" * 1000, "a": "1"} for _ in range(50)]   # ~50 KB of text
+    _jsonl(tmp_path / "d.jsonl", big)
+    (tmp_path / "d.json").write_text(json.dumps(big))
+    # dictionary-encoded and compressed: ~1 KB on disk, ~50 KB decoded
+    pq.write_table(pa.Table.from_pylist(big), tmp_path / "d.parquet", compression="zstd")
+    assert (tmp_path / "d.parquet").stat().st_size < 10_000
+    datasets.Dataset.from_list(big).save_to_disk(str(tmp_path / "saved"))
+    monkeypatch.setenv("YATT_DATA_MAX_BYTES", "20000")
+    for name, what in (("d.jsonl", "the file"), ("d.json", "the file"),
+                       ("d.parquet", "its decoded table"), ("saved", "the directory's files")):
+        with pytest.raises(InputError, match=f"{name}: {what} is larger than 20,000 bytes; "
+                                             "allowed: a smaller dataset, or raise "
+                                             "YATT_DATA_MAX_BYTES") as e:
+            read_rows(str(tmp_path / name))
+        assert "\n" not in str(e.value)
+    monkeypatch.delenv("YATT_DATA_MAX_BYTES")
+    monkeypatch.setattr(data, "MAX_DATASET_ROWS", 49)
+    for name in ("d.jsonl", "d.json", "d.parquet", "saved"):
+        with pytest.raises(InputError, match="50 rows; allowed: at most 49 rows"):
+            read_rows(str(tmp_path / name))
+
+
+def test_a_chat_template_file_past_the_config_cap_is_refused(tmp_path, tok, monkeypatch):
+    t = tmp_path / "template.jinja"
+    t.write_text(CHATML)
+    monkeypatch.setenv("YATT_CONFIG_MAX_BYTES", "20")
+    with pytest.raises(InputError, match="larger than 20 bytes.*YATT_CONFIG_MAX_BYTES") as e:
+        PromptEncoder(tok, _spec("x.jsonl", chat_template=str(t)))
+    assert e.value.field == "data.chat_template"
+
+
 def test_missing_prompt_column_names_file_row_and_key(tmp_path, tok):
     p = _jsonl(tmp_path / "d.jsonl", ROWS[:2] + [{"question": "x", "a": "1"}])
     with pytest.raises(InputError, match=r"d.jsonl: row 2: no 'q' column \(columns: a, question\)"):
@@ -185,3 +225,25 @@ def test_trackers_that_are_not_installed_are_refused(key, package, tmp_path):
     with pytest.raises(InputError, match=rf"log.{key}: needs the {package} package, which is not "
                                          "installed"):
         prepare_job(exp, 0, 2)
+
+
+def test_an_unwritable_tensorboard_dir_is_refused_before_anything_starts(tmp_path):
+    """log.tensorboard is proven writable by the job's check (nothing created there yet)."""
+    import dataclasses
+    import importlib.util
+    if importlib.util.find_spec("tensorboardX") is None:
+        pytest.skip("tensorboardX is not installed here")
+    from yatt.core.config import load_experiment
+    from yatt.core.jobspec import LogSpec
+    from yatt.exec.job import prepare_job
+    exp = load_experiment(ROOT / "configs" / "demo-learn.yaml")
+    (tmp_path / "a-file").write_text("x")
+    for target, why in ((tmp_path / "a-file", "exists and is not a directory"),
+                        (Path("/proc/self/tb"), "cannot write there")):
+        bad = dataclasses.replace(exp, log=LogSpec(tensorboard=str(target)))
+        with pytest.raises(InputError, match=why) as e:
+            prepare_job(bad, 0, 2)
+        assert e.value.field == "log.tensorboard"
+    ok = dataclasses.replace(exp, log=LogSpec(tensorboard=str(tmp_path / "tb" / "run")))
+    prepare_job(ok, 0, 2)
+    assert not (tmp_path / "tb").exists()    # made when the run starts, not by the check

@@ -15,7 +15,6 @@ import io
 import json
 import shutil
 import struct
-import sys
 from pathlib import Path
 
 import pytest

@@ -6,7 +6,7 @@ import dataclasses
 import pytest
 
 from yatt.core.plan import Plan, RolePlacement
-from yatt.core.roles import Mode, ReleasePolicy, RewardSource, Role
+from yatt.core.roles import Mode, ReleasePolicy, Role
 from yatt.exec.placement import device_sharing, device_slots
 
 

@@ -15,7 +15,7 @@ from yatt.core.prediction import Prediction, RoleMemory
 from yatt.core.runnable import check_runnable
 from yatt.core.trace import Trace
 from yatt.planner.advice import plan_experiment
-from yatt.planner.assess import gap_text, prediction, score_plan, with_prediction
+from yatt.planner.assess import gap_text, score_plan
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.costs import Pricing, cost_view
 from yatt.planner.placement_text import parse_placement

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from yatt.core import InputError, Mode, RewardSource, Role
+from yatt.core import InputError, RewardSource, Role
 from yatt.core.config import load_experiment
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.emit import (Framework, cannot_express, emission_text, emit, families,

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from yatt.core import AlgoSpec, Mode, Phase, Role, Trace
+from yatt.core import Mode, Phase, Role, Trace
 from yatt.core.specs import OldLogprobs
 from yatt.planner.calibrate import Coef, calibrate
 from yatt.planner.costmodel import AnalyticCostModel, Efficiency

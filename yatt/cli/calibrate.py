@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import argparse
 import math
-from pathlib import Path
 
-from .common import LazyProgress, efficiency_arg, wide_console
+from .common import LazyProgress, check_out_file, efficiency_arg, shown, wide_console
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -44,14 +43,11 @@ def run_calibrate_command(args: argparse.Namespace) -> int:
 
     if args.holdout < 0:
         raise InputError(f"got {args.holdout}; allowed: an integer >= 0", field="--holdout")
-    out = Path(args.output)
-    if out.is_dir():
-        raise InputError("is a directory; allowed: a profile .yaml file path", field="--output",
-                         file=str(out))
-    if not out.parent.is_dir():
-        raise InputError(f"directory {str(out.parent)!r} does not exist", field="--output")
+    inputs = list(args.traces) + ([args.start] if args.start else [])
+    check_out_file(args.output, inputs, field="--output")   # before reading anything big
     traces = [Trace.read_jsonl(p) for p in args.traces]
     start = efficiency_arg(args.start)
+    out = check_out_file(args.output, inputs, field="--output")
     console = wide_console(120)
     prog = LazyProgress(console, "calibrating", enabled=not args.no_progress)
     try:
@@ -68,7 +64,8 @@ def run_calibrate_command(args: argparse.Namespace) -> int:
         t.add_row(c.value, f"{a:.4g}", f"{b:.4g}", f"{(b - a) / a * 100:+.0f}%" if a else "")
     console.print(t)
     if cal.skipped:
-        console.print("not fitted (kept at start): " + "; ".join(f"{c.value} ({why})" for c, why in cal.skipped))
+        console.print("not fitted (kept at start): " + "; ".join(f"{c.value} ({shown(why)})"
+                                                                 for c, why in cal.skipped))
     e = Table(title="Fit error per phase (mean |relative error| of busy seconds per step and role)",
               title_justify="left")
     for col in ("phase", "points in/out", "before fit", "in sample", "held out"):
@@ -80,5 +77,6 @@ def run_calibrate_command(args: argparse.Namespace) -> int:
         console.print("[yellow]no held-out steps (each trace needs more steps than --holdout): "
                       "the out-of-sample error is unknown[/]")
     save_profile(cal.profile("calibrate: " + ", ".join(args.traces)), out)
-    console.print(f"wrote {out}  (use: yatt plan --profile {out}, yatt replay TRACE --profile {out})")
+    console.print(f"wrote {shown(out)}  (use: yatt plan --profile {shown(out)}, yatt replay TRACE "
+                  f"--profile {shown(out)})")
     return 0

@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
+from yatt.core.limits import MAX_TOP
+from yatt.core.safeio import (check_new_dir, check_not_inputs, check_out_dir,  # noqa: F401 - for the verbs
+                              check_out_file)
 
 
 class Parser(argparse.ArgumentParser):
@@ -29,6 +32,39 @@ def config_or_bundled(text: Optional[str], bundled_name: str) -> Path:
     from yatt.core.bundled import bundled
 
     return bundled(bundled_name)
+
+
+def shown(value: Any, limit: int = 200) -> str:
+    """User text (a name, a path, a message) to print on a rich console: one line, control
+    bytes escaped, at most ~`limit` characters (a 100 KB name would stall the highlighter),
+    and rich markup escaped (a name like `x[/]` is text, not a closing tag)."""
+    from rich.markup import escape
+
+    return escape(clean(str(value), limit))
+
+
+def shown_lines(text: str, limit: int = 2000) -> str:
+    """`shown` for text of several lines (each line cleaned and escaped on its own)."""
+    return "\n".join(shown(line, limit) for line in str(text).split("\n"))
+
+
+def plot_text(value: Any, limit: int = 120) -> str:
+    """User text for a matplotlib title: one line, short, `$` not read as math."""
+    return clean(str(value), limit).replace("$", r"\$")
+
+
+def check_fault_env() -> None:
+    """Parse YATT_FAULTS (fault injection) before anything starts: a typo must not surface
+    inside an actor after Ray and the engines are up."""
+    from yatt.exec import faults
+
+    faults.check_env()
+
+
+def check_top(top: int) -> None:
+    """--top rows: each one is re-simulated over every seed, so it is bounded."""
+    if not 1 <= top <= MAX_TOP:
+        raise InputError(f"got {top}; allowed: an integer >= 1 and <= {MAX_TOP}", field="--top")
 
 
 def wide_console(min_width: int = 140):
@@ -77,7 +113,7 @@ def cost_model_line(path: Optional[str], profile: Any) -> str:
     if not path:
         return "cost model: analytic defaults"
     kind = "measured tables" if getattr(profile, "tables", None) is not None else "efficiencies"
-    return f"cost model: profile {path} ({kind})"
+    return f"cost model: profile {clean(path)} ({kind})"   # plain text (printed markup=False)
 
 
 def efficiency_arg(path: Optional[str]):

@@ -10,12 +10,12 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-from pathlib import Path
 
 from yatt.core.bundled import DEMO_LEARN_EXPERIMENT
 from yatt.core.errors import InputError
+from yatt.core.safeio import write_text
 
-from .common import config_or_bundled, needs_exec
+from .common import check_out_dir, config_or_bundled, needs_exec, shown
 
 def prepare_command(args: argparse.Namespace) -> int:
     from rich.console import Console
@@ -35,12 +35,12 @@ def prepare_command(args: argparse.Namespace) -> int:
         raise needs_exec("demo prepare", e) from None
     apply_local_env(cpu=True)
     console = Console()
-    out = Path(args.out) if args.out else cache_dir()
+    out = check_out_dir(args.out, field="--out") if args.out else cache_dir()
     cfg = PrepConfig(seed=args.seed, actor_target=args.actor_target)
     rep = prepare(exp.actor, exp.genrm, out, cfg, log=console.print if args.verbose else (lambda s: None))
-    console.print(f"actor: {rep.actor_dir}  ({rep.actor_steps} SFT steps, expected exact "
+    console.print(f"actor: {shown(rep.actor_dir)}  ({rep.actor_steps} SFT steps, expected exact "
                   f"accuracy at T=1: {rep.actor_expected_accuracy:.3f})")
-    console.print(f"genrm: {rep.genrm_dir}  ({rep.genrm_steps} steps; whole verdict right "
+    console.print(f"genrm: {shown(rep.genrm_dir)}  ({rep.genrm_steps} steps; whole verdict right "
                   f"token by token: {rep.genrm_agreement:.3f}; on correct answers "
                   f"{rep.genrm_agreement_on_correct:.3f}, on wrong ones "
                   f"{rep.genrm_agreement_on_wrong:.3f})")
@@ -49,8 +49,8 @@ def prepare_command(args: argparse.Namespace) -> int:
     console.print(f"genrm as used in a run (greedy generation + ScoreParser, {gen['pairs']} "
                   f"fresh pairs): agreement {gen['agreement']:.3f} (correct answers "
                   f"{gen['on_correct']:.3f}, wrong ones {gen['on_wrong']:.3f})")
-    (out / "demo_report.json").write_text(json.dumps({**dataclasses.asdict(rep),
-                                                      "genrm_generated": gen}, indent=1))
+    write_text(out / "demo_report.json", json.dumps({**dataclasses.asdict(rep),
+                                                    "genrm_generated": gen}, indent=1))
     return 0
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .common import needs_exec
+from .common import check_new_dir, needs_exec, shown
 
 
 def export_command(args: argparse.Namespace) -> int:
+    out = check_new_dir(Path(args.out), field="-o")   # before the executor stack is imported
     try:
         from yatt.exec.export import export_run
     except ImportError as e:
@@ -19,12 +20,12 @@ def export_command(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     console = Console()
-    rep = export_run(Path(args.run_dir), Path(args.out), args.step, verify=not args.no_verify,
-                     log=lambda m: console.print(m, highlight=False))
+    rep = export_run(Path(args.run_dir), out, args.step, verify=not args.no_verify,
+                     log=lambda m: console.print(shown(m, 2000), highlight=False))
     check = (f"; logits match the trainer's (max |diff| {rep['max_abs_logit_diff']:.2g} <= "
              f"{rep['logit_tol']:.2g})" if "max_abs_logit_diff" in rep else "")
-    console.print(f"exported {rep['checkpoint']} ({rep['parameters']:,} parameters) to "
-                  f"{args.out}{check}", highlight=False)
+    console.print(f"exported {shown(rep['checkpoint'])} ({rep['parameters']:,} parameters) to "
+                  f"{shown(args.out)}{check}", highlight=False)
     return 0
 
 
@@ -36,7 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("run_dir", metavar="RUN_DIR", help="a `yatt run` output directory")
     p.add_argument("--step", type=int, default=None, metavar="N",
                    help="the checkpoint of step N (default: the newest valid one)")
-    p.add_argument("-o", "--out", required=True, metavar="DIR", help="new output directory")
+    p.add_argument("-o", "--out", required=True, metavar="DIR",
+                   help="new output directory (absent or empty; not a link)")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the logit check against the trainer")
     p.set_defaults(func=export_command)

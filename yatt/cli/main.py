@@ -10,6 +10,7 @@ import sys
 from typing import Sequence
 
 from yatt.core.errors import InputError
+from yatt.core.limits import work_budget
 
 from . import calibrate, demo, export, plan, profile, replay, run
 from .common import Parser
@@ -37,7 +38,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.func(args) or 0)
+        with work_budget():   # every simulation a verb runs is metered (yatt.core.limits)
+            return int(args.func(args) or 0)
     except InputError as e:
         print(f"yatt {args.command}: error: {e.one_line()}", file=sys.stderr)
         return 2

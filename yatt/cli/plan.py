@@ -19,6 +19,7 @@ from yatt.core.bundled import DEFAULT_EXPERIMENT
 from yatt.core.config import dump_yaml, load_experiment
 from yatt.core.errors import InputError
 from yatt.core.plan import Experiment
+from yatt.core.safeio import atomic_write
 from yatt.core.roles import Mode, Role
 from yatt.planner.breakdown import role_facts
 from yatt.planner.costmodel import AnalyticCostModel
@@ -29,8 +30,9 @@ from yatt.planner.ranking import write_csv
 from yatt.planner.search import SearchResult
 from yatt.planner.sizes import parse_gpu_sizes
 
-from .common import LazyProgress, config_or_bundled, cost_model_line, profile_arg
-from .plan_emit import emit_all, parse_frameworks, write_emitted
+from .common import (LazyProgress, check_not_inputs, check_out_dir, check_out_file, check_top,
+                     config_or_bundled, cost_model_line, profile_arg, shown, shown_lines)
+from .plan_emit import emit_all, file_name, parse_frameworks, write_emitted
 from .plan_report import cost_table, given_table, scaling_table
 
 
@@ -60,10 +62,10 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     for f in facts:
         m = f.mem
         if m is None:
-            t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
+            t.add_row(f.role.value, shown(f.model), _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
                       "", "", "", "", "does not fit", "")
             continue
-        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), f.layout, _gb(m.weights),
+        t.add_row(f.role.value, shown(f.model), _count(f.params_b * 1e9), f.layout, _gb(m.weights),
                   _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
                   f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
     console.print(t)
@@ -73,15 +75,15 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     u.add_column("time", justify="right")
     for f in facts:
         for label, secs in f.unit_costs:
-            u.add_row(f"{f.role.value} (TP{f.layout})", label, _secs(secs))
+            u.add_row(f"{f.role.value} (TP{f.layout})", shown(label), _secs(secs))
     console.print(u)
 
 
 def _header(exp: Experiment) -> str:
     c = exp.cluster
-    return (f"[bold]{exp.name}[/]: {c.num_gpus} x {c.gpu.name} ({c.nodes} nodes x "
-            f"{c.gpus_per_node}); actor {exp.actor.name}"
-            + (f", GenRM {exp.genrm.name}" if exp.genrm else ", rule reward")
+    return (f"[bold]{shown(exp.name)}[/]: {c.num_gpus} x {shown(c.gpu.name)} ({c.nodes} nodes x "
+            f"{c.gpus_per_node}); actor {shown(exp.actor.name)}"
+            + (f", GenRM {shown(exp.genrm.name)}" if exp.genrm else ", rule reward")
             + f"; {exp.workload.prompts_per_step} prompts x {exp.workload.samples_per_prompt}"
             " samples per step")
 
@@ -190,19 +192,24 @@ def write_scaling(out: Path, result: PlanResult) -> list[Path]:
 
     csv, png = out / "scaling.csv", out / "scaling.png"
     rows = [r.as_dict(result.pricing) for r in result.scaling]
-    with open(csv, "w", newline="") as f:
+    with atomic_write(csv, newline="") as f:
         w = _csv.DictWriter(f, fieldnames=SCALING_COLUMNS)
         w.writeheader()
         for r in rows:
             w.writerow({k: ("" if r[k] is None else r[k]) for k in SCALING_COLUMNS})
     fig = scaling_figure([(r.gpus, r.mode.value, r.step_s, r.samples_per_s) for r in result.scaling])
-    fig.savefig(png, dpi=120)
+    with atomic_write(png, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return [csv, png]
 
 
 SCALING_COLUMNS = ["gpus", "mode", "step_s", "samples_per_s", "samples_per_s_per_gpu",
                    "gpu_hours_per_step", "gpu_hours_run", "dollars_run", "placement"]
+
+
+OUTPUTS = ("plan.yaml", "given-plan.yaml", "timeline.json", "timeline.png", "ranking.csv",
+           "scaling.csv", "scaling.png", "summary.json")
 
 
 def _json_target(text: Optional[str], out: Path) -> Optional[Path]:
@@ -226,9 +233,10 @@ def run_plan_command(args: argparse.Namespace) -> int:
     from yatt.planner.profiled import cost_model_for, experiment_for
 
     # ---- validate everything first: nothing is searched or written on bad input ---------
+    from yatt.planner.budget import check_plan
+
     config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
-    if args.top < 1:
-        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    check_top(args.top)
     pricing = Pricing(args.steps if args.steps is not None else 1, args.price_per_gpu_hour)
     frameworks = parse_frameworks(args.emit)
     out = Path(args.out)
@@ -249,6 +257,12 @@ def run_plan_command(args: argparse.Namespace) -> int:
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = cost_model_for(exp, profile)
     label = f"profile {args.profile}" if args.profile else "analytic defaults"
+    check_plan(exp, args.top, sizes, file=str(config), given=given is not None)  # before it starts
+    inputs = [config] + ([args.profile] if args.profile else [])
+    out = check_out_dir(args.out)                        # writable, before the work
+    check_not_inputs(out, OUTPUTS + tuple(file_name(f) for f in frameworks), inputs)
+    if json_to is not None and str(json_to) != "-":
+        check_out_file(json_to, inputs, field="--json")
 
     # ---- plan --------------------------------------------------------------------------
     to_stdout = json_to is not None and str(json_to) == "-"
@@ -266,10 +280,10 @@ def run_plan_command(args: argparse.Namespace) -> int:
     finally:
         prog.close()
     console.print(ranked_table(result.search, args.top))
-    console.print(explanation(result.search))
+    console.print(shown_lines(explanation(result.search)))
     if result.given is not None:
         console.print(given_table(result))
-        console.print(result.gap())
+        console.print(shown_lines(result.gap()))
     console.print(cost_table(result))
     if sizes:
         progs: list[LazyProgress] = []
@@ -281,7 +295,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
         rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, profile), progress_for,
                                  done=lambda: progs[-1].close())
         for p in problems:
-            console.print(f"[yellow]{p}[/]")
+            console.print(f"[yellow]{shown(p, 400)}[/]")
         result = with_scaling(result, rows, problems)
         console.print(scaling_table(result))
     emitted = emit_all(console, result, frameworks, not args.no_progress)
@@ -298,10 +312,10 @@ def run_plan_command(args: argparse.Namespace) -> int:
         if to_stdout:
             sys.stdout.write(text)
         else:
-            json_to.parent.mkdir(parents=True, exist_ok=True)
-            json_to.write_text(text)
+            with atomic_write(json_to) as f:   # its directory was checked before the work
+                f.write(text)
             paths.append(json_to)
-    console.print("wrote " + ", ".join(str(p) for p in paths))
+    console.print("wrote " + ", ".join(shown(p) for p in paths))
     return 0
 
 

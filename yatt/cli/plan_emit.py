@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from yatt.core.errors import InputError
+from yatt.core.safeio import write_text
 from yatt.planner.emit import Emission, Framework, layout_text, parse_framework
 
 
@@ -35,7 +36,7 @@ def emit_all(console, result, frameworks: list[Framework], progress: bool = True
         return []
     from rich.table import Table
 
-    from .common import LazyProgress
+    from .common import LazyProgress, shown
 
     out = []
     for fw in frameworks:
@@ -55,14 +56,12 @@ def emit_all(console, result, frameworks: list[Framework], progress: bool = True
     console.print(t)
     for e in out:
         for r in e.reasons:
-            console.print(f"{e.framework.value} cannot express it: {r}.", highlight=False)
+            console.print(f"{e.framework.value} cannot express it: {shown(r, 1000)}.", highlight=False)
     return out
 
 
 def write_emitted(out: Path, emitted: list[Emission]) -> list[Path]:
     paths = []
     for e in emitted:
-        p = out / file_name(e.framework)
-        p.write_text(e.text())
-        paths.append(p)
+        paths.append(write_text(out / file_name(e.framework), e.text()))   # never through a link
     return paths

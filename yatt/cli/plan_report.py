@@ -17,6 +17,8 @@ from yatt.planner.placement_text import placement_text
 from yatt.planner.search import Candidate
 from yatt.core.roles import Mode
 
+from .common import shown
+
 
 def _gb(x: float) -> str:
     return f"{x / 1e9:.1f}"
@@ -34,7 +36,7 @@ def given_table(result: PlanResult) -> Table:
         peak, cap = peak_memory(c.plan)
         gap = "" if c is best else f"{(c.mean - best.mean) / best.mean * 100:+.1f}%"
         fits = "" if peak <= cap else " [red](does not fit)[/]"
-        t.add_row(label, placement_text(c.plan), f"{c.mean:.1f}±{c.spread:.1f}", gap,
+        t.add_row(label, shown(placement_text(c.plan)), f"{c.mean:.1f}±{c.spread:.1f}", gap,
                   f"{c.samples_per_s:.2f}", f"{c.bubble * 100:.0f}",
                   f"{_gb(peak)}/{_gb(cap)}{fits}")
     return t
@@ -63,7 +65,7 @@ def cost_table(result: PlanResult) -> Table:
             continue
         g = c.plan.cluster.num_gpus
         cv = cost_view(g, c.mean, c.samples_per_s, p)
-        cells = [label, placement_text(c.plan), str(g), f"{c.mean:.1f}",
+        cells = [label, shown(placement_text(c.plan)), str(g), f"{c.mean:.1f}",
                  f"{cv.samples_per_s_per_gpu:.4f}", hours(cv.gpu_hours_per_step),
                  hours(cv.gpu_hours_run), hours(cv.hours_run)]
         if p.price is not None:
@@ -86,7 +88,7 @@ def scaling_table(result: PlanResult) -> Table:
         t.add_column(col, justify="left" if col in ("mode", "placement") else "right")
     for r in result.scaling:
         cv = cost_view(r.gpus, r.step_s, r.samples_per_s, p)
-        cells = [str(r.gpus), r.mode.value, placement_text(r.candidate.plan), f"{r.step_s:.1f}",
+        cells = [str(r.gpus), r.mode.value, shown(placement_text(r.candidate.plan)), f"{r.step_s:.1f}",
                  f"{r.samples_per_s:.2f}", f"{cv.samples_per_s_per_gpu:.4f}",
                  hours(cv.gpu_hours_per_step)]
         if p.steps > 1:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
 
-from .common import require_exec
+from .common import check_out_file, require_exec, shown
 
 DEVICES = ("cpu", "cuda")
 
@@ -37,6 +37,7 @@ def profile_command(args: argparse.Namespace) -> int:
     if args.device not in DEVICES:
         raise InputError(f"got {args.device!r}; allowed: {'|'.join(DEVICES)}", field="--device")
     exps = [load_experiment(c) for c in args.config]
+    check_out_file(args.out, args.config)   # writable, not an input: before minutes of work
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
         raise InputError("not a writable file path", field="--out", file=str(out))
@@ -67,7 +68,7 @@ def profile_command(args: argparse.Namespace) -> int:
                                   tick=lambda what: bar.update(task, advance=1, description=what))
     save_profile(prof, out)
     _summary(console, prof)
-    print(f"wrote {out}")
+    print(f"wrote {clean(str(out))}")
     return 0
 
 
@@ -84,5 +85,5 @@ def _summary(console, prof) -> None:
             bits.append(f"re-create {e.start_s:.2f} s, teardown {e.stop_s:.2f} s")
         if m.weight_sync_s:
             bits.append(f"weight sync {m.weight_sync_s * 1e3:.0f} ms")
-        console.print(f"{name}: " + "; ".join(bits))
-    console.print(f"ray round trip {t.rpc_s * 1e3:.2f} ms; {prof.source}")
+        console.print(f"{shown(name)}: " + "; ".join(bits))
+    console.print(f"ray round trip {t.rpc_s * 1e3:.2f} ms; {shown(prof.source)}")

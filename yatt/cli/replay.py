@@ -13,12 +13,18 @@ from pathlib import Path
 from typing import Optional
 
 from yatt.planner.sizes import parse_gpu_sizes
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
+from yatt.core.limits import MAX_GPUS
+from yatt.core.safeio import atomic_write
 from yatt.core.roles import Mode
 from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
-from .common import LazyProgress, phase_table, profile_arg, wide_console
+from .common import (LazyProgress, check_not_inputs, check_out_dir, phase_table, plot_text,
+                     profile_arg, shown, wide_console)
+
+OUTPUTS = ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png",
+           "samples.parquet", "spans.parquet")
 
 MODES: dict[str, tuple[Mode, ...]] = {"colocate": (Mode.COLOCATE,), "partial": (Mode.PARTIAL,),
                                       "best": (Mode.COLOCATE, Mode.PARTIAL)}
@@ -65,9 +71,9 @@ def load_cluster(path: str) -> ClusterSpec:
 
 def parse_sizes(text: Optional[str], cluster: ClusterSpec) -> list[int]:
     """--gpus sizes; without the flag: the recorded size and twice it."""
-    if not text:
+    if text is None:
         n = cluster.num_gpus
-        return [n, 2 * n]
+        return [g for g in (n, 2 * n) if g <= MAX_GPUS]
     return parse_gpu_sizes(text, cluster)
 
 
@@ -81,14 +87,14 @@ def whatif_table(rep, rows):
     plan = rep.recorded.meta.plan
     n = plan.cluster.num_gpus
     t.add_row("recorded (measured)" if rep.recorded.meta.source.value == "measured" else "recorded",
-              f"{n} {plan.cluster.gpu.name}", plan.describe(),
+              f"{n} {shown(plan.cluster.gpu.name)}", plan.describe(),
               f"{rep.recorded_stats.step_time_mean:.2f}", f"{rep.recorded_stats.samples_per_s:.2f}",
               _per_gpu(rep.recorded_stats.samples_per_s, n), "")
-    t.add_row("recorded plan, replayed", f"{n} {plan.cluster.gpu.name}", plan.describe(),
+    t.add_row("recorded plan, replayed", f"{n} {shown(plan.cluster.gpu.name)}", plan.describe(),
               f"{rep.predicted_stats.step_time_mean:.2f}", f"{rep.predicted_stats.samples_per_s:.2f}",
               _per_gpu(rep.predicted_stats.samples_per_s, n), "1.00x")
     for w in rows:
-        t.add_row(w.label, f"{w.gpus} {w.gpu}", w.plan.describe(), f"{w.step_s:.2f}",
+        t.add_row(w.label, f"{w.gpus} {shown(w.gpu)}", w.plan.describe(), f"{w.step_s:.2f}",
                   f"{w.stats.samples_per_s:.2f}", _per_gpu(w.stats.samples_per_s, w.gpus),
                   f"{w.speedup:.2f}x")
     return t
@@ -105,13 +111,14 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    csv, png = out / "scaling.csv", out / "scaling.png"
     import csv as csvmod
 
+    csv, png = out / "scaling.csv", out / "scaling.png"
     plan = rep.recorded.meta.plan
     n, gname = plan.cluster.num_gpus, plan.cluster.gpu.name
-    with open(csv, "w", newline="") as f:
-        w_ = csvmod.writer(f)  # a placement label may hold commas ("tp2,pp2")
+    with atomic_write(csv, newline="") as f:
+        # csv quoting: a GPU name may hold a comma or a newline, a placement label commas
+        w_ = csvmod.writer(f)
         w_.writerow(["scenario", "gpus", "gpu", "mode", "placement", "step_s", "samples_per_s",
                      "speedup", "samples_per_s_per_gpu"])
         rs, ps = rep.recorded_stats, rep.predicted_stats
@@ -149,7 +156,8 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
-    fig.savefig(png, dpi=120)
+    with atomic_write(png, "wb") as f:
+        fig.savefig(f, format="png", dpi=120)
     plt.close(fig)
     return [csv, png]
 
@@ -168,16 +176,19 @@ def run_replay_command(args: argparse.Namespace) -> int:
     cluster = load_cluster(args.cluster) if args.cluster else None
     sizes = parse_sizes(args.gpus, cluster or trace.meta.plan.cluster)
     modes = MODES[args.mode]
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise InputError("exists and is not a directory", field="--out", file=str(out))
+    from yatt.planner.budget import check_replay
+
+    check_replay(trace, sizes, modes, cluster, file=args.trace)   # the work, estimated before it starts
+    out = check_out_dir(args.out)                       # writable, before the work
+    check_not_inputs(out, OUTPUTS, [args.trace] + [p for p in (args.profile, args.cluster) if p])
 
     console = wide_console()
     plan = trace.meta.plan
-    console.print(f"[bold]{args.trace}[/]: {trace.meta.source.value} trace, {len(sample_steps(trace))} "
-                  f"steps with samples, {len(trace.samples)} samples; recorded plan "
-                  f"{plan.describe()} on {plan.cluster.num_gpus} x {plan.cluster.gpu.name}; cost model: "
-                  + (f"profile {args.profile}" if args.profile else "default efficiencies"))
+    console.print(f"[bold]{shown(args.trace)}[/]: {trace.meta.source.value} trace, "
+                  f"{len(sample_steps(trace))} steps with samples, {len(trace.samples)} samples; "
+                  f"recorded plan {plan.describe()} on {plan.cluster.num_gpus} x "
+                  f"{shown(plan.cluster.gpu.name)}; cost model: "
+                  + (f"profile {shown(args.profile)}" if args.profile else "default efficiencies"))
     prog = LazyProgress(console, "replaying", enabled=not args.no_progress)
     try:
         rep = replay(trace, cost_model_for(plan.experiment, profile))
@@ -189,24 +200,23 @@ def run_replay_command(args: argparse.Namespace) -> int:
     err = median_phase_error(rep)
     if err > CALIBRATE_ABOVE:
         console.print(f"median per-phase error {err * 100:.0f}% (> {CALIBRATE_ABOVE * 100:.0f}%): the trace "
-                      f"ran at other efficiencies; fit them with `yatt calibrate {args.trace} -o "
+                      f"ran at other efficiencies; fit them with `yatt calibrate {clean(args.trace, 400)} -o "
                       "profile.yaml` and replay with --profile profile.yaml", markup=False, soft_wrap=True)
     console.print(whatif_table(rep, rows))
     best = min(rows, key=lambda w: w.step_s, default=None)
     if best is not None:
-        console.print(f"fastest: {best.label} on {best.gpus} x {best.gpu} ({best.plan.describe()}): "
+        console.print(f"fastest: {best.label} on {best.gpus} x {shown(best.gpu)} ({best.plan.describe()}): "
                       f"{best.step_s:.1f} s/step, {best.speedup:.2f}x the recorded plan")
 
     # ---- write -----------------------------------------------------------------------------
     from yatt.core.timeline import write_chrome_trace
     from yatt.sim.gantt import plot_gantt
 
-    out.mkdir(parents=True, exist_ok=True)
     paths = [write_chrome_trace(rep.predicted, out / "replay_timeline.json"),
              plot_gantt(rep.predicted, out / "replay_timeline.png",
-                        title=f"replay of {Path(args.trace).name}: {plan.describe()}, "
+                        title=f"replay of {plot_text(Path(args.trace).name)}: {plan.describe()}, "
                               f"{rep.predicted_stats.step_time_mean:.1f} s/step predicted")]
-    paths += write_scaling_curve(out, rep, rows, f"{Path(args.trace).name}: throughput vs GPUs "
+    paths += write_scaling_curve(out, rep, rows, f"{plot_text(Path(args.trace).name)}: throughput vs GPUs "
                                  "(recorded lengths replayed)")
     if args.parquet:
         from yatt.planner.frames import write_parquet
@@ -216,5 +226,5 @@ def run_replay_command(args: argparse.Namespace) -> int:
             console.print("[yellow]--parquet: skipped, pyarrow is not installed[/]")
         else:
             paths += pq
-    console.print("wrote " + ", ".join(str(p) for p in paths))
+    console.print("wrote " + ", ".join(shown(p) for p in paths))
     return 0

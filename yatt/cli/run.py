@@ -15,12 +15,14 @@ from rich.console import Console
 
 from yatt.core.bundled import DEMO_EXPERIMENT
 from yatt.core.config import is_plan_file, load_experiment, load_plan
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
+from yatt.core.limits import MAX_STEPS
 from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
 from yatt.core.runnable import check_runnable
 
-from .common import config_or_bundled, cost_model_line, needs_exec, phase_table, profile_arg
+from .common import (check_fault_env, check_out_dir, config_or_bundled, cost_model_line, needs_exec,
+                     phase_table, profile_arg, shown)
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -101,7 +103,7 @@ def _worker_failed(e: Exception) -> int:
     line = describe(e)
     if line is None:
         raise e
-    print(f"yatt run: error: {line}", file=sys.stderr)
+    print(f"yatt run: error: {clean(line, 1000)}", file=sys.stderr)   # a worker's text: one line
     return 1
 
 
@@ -118,21 +120,22 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     info = read_run_file(run_dir)
     plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
     steps = args.steps if args.steps_given else info["steps"]
+    check_out_dir(run_dir, field="--resume")   # it is written to: writable, before start-up
     from yatt.exec import checkpoint as ckpt
     if not ckpt.complete(run_dir):      # nothing to resume: say so before preparing the job
         ckpt.latest_valid(run_dir, lambda m: None)
     job = _prepare(plan.experiment, info["seed"], steps)
-    console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
+    console.print(f"resuming {shown(run_dir)} ({plan.describe()}) up to {steps} steps")
     try:
         run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
                  progress=not args.no_progress, ray_address=args.address,
                  controllers=info["controllers"], resume=True, job=job)
     except RunAborted as e:
-        console.print(f"[red]run stopped[/red]: {e}", highlight=False)
+        console.print(f"[red]run stopped[/red]: {shown(e, 2000)}", highlight=False)
         return 1
     except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
         return _worker_failed(e)
-    console.print(f"run dir: {run_dir}")
+    console.print(f"run dir: {shown(run_dir)}")
     return 0
 
 
@@ -142,9 +145,11 @@ def run_command(args: argparse.Namespace) -> int:
 
     args.steps_given = args.steps is not None
     args.steps = 2 if args.steps is None else args.steps
-    if args.steps < 1:
-        raise InputError(f"got {args.steps}; allowed: an integer >= 1", field="--steps")
+    if not 1 <= args.steps <= MAX_STEPS:
+        raise InputError(f"got {args.steps}; allowed: an integer >= 1 and <= {MAX_STEPS}",
+                         field="--steps")
     _check_flags(args)
+    check_fault_env()   # YATT_FAULTS, before anything starts
     if args.resume:
         return resume_command(args, Console())
     src = config_or_bundled(args.target, DEMO_EXPERIMENT)
@@ -154,6 +159,7 @@ def run_command(args: argparse.Namespace) -> int:
     exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
     job = None
     if not is_plan_file(src):
+        check_out_dir(args.out)   # writable, before the job's check, planning and start-up
         # the job first: bad data or code fails before planning, and the plan sees the data
         try:
             job = _prepare(exp, args.seed, args.steps)
@@ -172,6 +178,9 @@ def run_command(args: argparse.Namespace) -> int:
             raise InputError(f"{src} is a {plan.mode.value} plan; --mode applies to experiment "
                              "configs (re-plan with `yatt plan`)", field="--mode")
     else:
+        from yatt.planner.budget import check_plan
+
+        check_plan(exp, 1, (), file=str(src))   # placeable, and the work within budget
         try:
             result = plan_for_executor(exp, cost, mode)
         except InputError as e:
@@ -185,14 +194,14 @@ def run_command(args: argparse.Namespace) -> int:
         raise needs_exec("run", e) from None
     plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
+    out = check_out_dir(args.out)
     if job is None:
         job = _prepare(plan.experiment, args.seed, args.steps)
-    out = Path(args.out)
     try:
         trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
                          progress=not args.no_progress, ray_address=args.address, job=job)
     except RunAborted as e:
-        console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
+        console.print(f"[red]run stopped[/red]: {shown(e, 2000)} (run dir: {shown(out)})", highlight=False)
         return 1
     except InputError:
         raise
@@ -202,7 +211,7 @@ def run_command(args: argparse.Namespace) -> int:
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
     fidelity_report(console, trace, cost)
-    console.print(f"run dir: {out} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
+    console.print(f"run dir: {shown(out)} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
     return 0
 
 

@@ -17,7 +17,9 @@ from . import catalog
 from .errors import InputError
 from .hfspec import model_spec_from_hf
 from .jobspec import ChatTemplate
+from .limits import CONFIG_MAX_BYTES
 from .plan import Experiment, Plan
+from .safeio import atomic_write, read_text_at_most
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
 
@@ -25,21 +27,9 @@ _YAML_SUFFIXES = (".yaml", ".yml")
 
 
 def read_yaml(path: str | Path) -> Any:
-    """Read and parse a YAML file; a missing, unreadable or non-UTF-8 file is an `InputError`."""
-    path = Path(path)
-    try:
-        if not path.exists():
-            raise InputError("no such file", file=str(path))
-        if not path.is_file():
-            raise InputError("not a file", file=str(path))
-        raw = path.read_bytes()
-    except OSError as e:  # permissions, a name too long, ...
-        raise InputError(f"cannot read: {e.strerror or e}", file=str(path)) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InputError(f"not a UTF-8 text file (byte {e.start})", file=str(path)) from None
-    return parse_yaml(text, file=str(path))
+    """Read and parse a YAML file; a missing, unreadable, too large or non-UTF-8 file is an
+    `InputError` (the cap: YATT_CONFIG_MAX_BYTES)."""
+    return parse_yaml(read_text_at_most(path, CONFIG_MAX_BYTES), file=str(path))
 
 
 def _mapping(data: Any, file: Path, field: str = "") -> dict[str, Any]:
@@ -168,14 +158,10 @@ def _job_paths(data: dict, base: Path) -> None:
             raise InputError(f"got {show(ref)}; allowed: a path to a text file",
                              field="genrm_judge.template_file")
         path = Path(_abs(ref, base))
-        try:
-            judge["template"] = path.read_bytes().decode("utf-8")
-        except OSError as e:
-            raise InputError(f"cannot read {path}: {e.strerror or e}",
-                             field="genrm_judge.template_file") from None
-        except UnicodeDecodeError as e:
-            raise InputError(f"{path} is not UTF-8 text (byte {e.start})",
-                             field="genrm_judge.template_file") from None
+        if not path.is_file():
+            why = "not a file" if path.exists() else "no such file"
+            raise InputError(f"cannot read {path}: {why}", field="genrm_judge.template_file")
+        judge["template"] = read_text_at_most(path, field="genrm_judge.template_file")
         data["genrm_judge"] = judge
 
 
@@ -205,10 +191,7 @@ def is_plan_file(path: str | Path) -> bool:
 
 
 def dump_yaml(obj: Any, path: str | Path) -> None:
-    """Write a spec (or plain data) as YAML atomically: temp file, then rename."""
-    path = Path(path)
+    """Write a spec (or plain data) as YAML atomically and never through a link (safeio)."""
     data = to_dict(obj) if hasattr(obj, "__dataclass_fields__") else obj
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w") as f:
+    with atomic_write(path) as f:
         yaml.safe_dump(data, f, sort_keys=False, default_flow_style=None, width=100)
-    tmp.replace(path)

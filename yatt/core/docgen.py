@@ -18,8 +18,10 @@ from enum import Enum
 from typing import Any, Sequence, Union
 
 from .jobspec import DataSpec, JudgeSpec, LogSpec, RewardSpec
+from .limits import KNOBS, LIMITS
 from .plan import Experiment, Plan, RolePlacement, SearchSpec
 from .prediction import PhaseSeconds, Prediction, RoleMemory
+from .schema import number_text
 from .specs import (AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, GpuSpec, LengthDist,
                     ModelSpec, Workload)
 
@@ -136,7 +138,7 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 def range_text(meta: typing.Mapping[str, Any]) -> str:
-    bits = [f"{sym} {meta[key]:g}" for key, sym in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
+    bits = [f"{sym} {number_text(meta[key])}" for key, sym in (("ge", "≥"), ("gt", ">"), ("le", "≤"), ("lt", "<"))
             if meta.get(key) is not None]
     return ", ".join(bits)
 
@@ -175,6 +177,21 @@ def section_text(s: Section) -> str:
     return "\n".join(lines) + "\n"
 
 
+def limits_text() -> str:
+    """The ceilings of `yatt.core.limits` as Markdown: constants, then the knobs."""
+    lines = ['<a id="limits"></a>', "## Limits", "",
+             "Every size yatt reads has a ceiling far above real use (`yatt/core/limits.py`); "
+             "past one, the command stops with exit status 2 and one line naming the file and "
+             "field, before any work starts. Planning, replay and calibration also estimate "
+             "their simulation work first and refuse it past a budget.", "",
+             "| what | ceiling | for comparison |", "|---|---|---|"]
+    lines += [f"| {_cell(what)} | {_cell(value)} | {_cell(note)} |" for what, value, note in LIMITS]
+    lines += ["", "These can be raised through the environment:", "",
+              "| variable | default | what it bounds |", "|---|---|---|"]
+    lines += [f"| `{k.env}` | {k.default:,} | {_cell(k.help)} |" for k in KNOBS]
+    return "\n".join(lines) + "\n"
+
+
 def config_reference(sections: Sequence[Section] = CORE_SECTIONS) -> str:
-    """The reference as Markdown: the intro, then one table per section."""
-    return INTRO + "".join("\n" + section_text(s) for s in sections)
+    """The reference as Markdown: the intro, one table per section, then the limits."""
+    return INTRO + "".join("\n" + section_text(s) for s in sections) + "\n" + limits_text()

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from .errors import InputError
+from .safeio import read_text_at_most
 from .schema import from_dict
 
 _DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
@@ -28,9 +29,13 @@ def model_spec_from_hf(path: str | Path, name: str = ""):
     if not cfg_file.is_file():
         raise InputError("not a Hugging Face checkpoint directory (no config.json)", file=str(path))
     try:
-        cfg = json.loads(cfg_file.read_text())
+        cfg = json.loads(read_text_at_most(cfg_file))   # bounded: YATT_CONFIG_MAX_BYTES
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON ({e.msg})", file=str(cfg_file)) from None
+    except RecursionError:
+        raise InputError("invalid JSON (nested too deeply)", file=str(cfg_file)) from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"got a JSON {type(cfg).__name__}; allowed: an object", file=str(cfg_file))
     mt = cfg.get("model_type", "")
     missing = [k for k in _FIELDS.values() if k not in cfg]
     if missing:

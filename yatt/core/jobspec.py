@@ -18,6 +18,7 @@ from enum import Enum
 from typing import Optional
 
 from .errors import InputError
+from .limits import MAX_SAMPLES_PER_PROMPT, MAX_SECONDS, MAX_STEPS, MAX_TOKENS
 from .schema import show, spec_field
 
 
@@ -84,14 +85,16 @@ class DataSpec:
     answer_key: str = spec_field("", help="column holding the reference answer ('' = none)")
     chat_template: str = spec_field("auto", help="auto | none | path to a Jinja template")
     system_prompt: str = spec_field("", help="system message (plain text: a first line)")
-    max_prompt_len: int = spec_field(0, ge=0, help="prompt token cap; 0 = the workload's "
-                                                   "prompt_len cap")
+    max_prompt_len: int = spec_field(0, ge=0, le=MAX_TOKENS, help="prompt token cap; 0 = the "
+                                                                  "workload's prompt_len cap")
     on_long: OnLong = spec_field(OnLong.DROP, help="a prompt over max_prompt_len: drop it (counted), "
                                                    "truncate it, or fail")
     shuffle_seed: Optional[int] = spec_field(0, help="per-epoch shuffle seed; null = file order")
-    epochs: int = spec_field(0, ge=0, help="passes over train the run may take; 0 = no limit")
-    eval_every: int = spec_field(0, ge=0, help="evaluate at every N-th step (0 = never)")
-    eval_samples: int = spec_field(1, ge=1, help="1 = greedy; k = k samples at algo.temperature")
+    epochs: int = spec_field(0, ge=0, le=MAX_STEPS,
+                             help="passes over train the run may take; 0 = no limit")
+    eval_every: int = spec_field(0, ge=0, le=MAX_STEPS, help="evaluate at every N-th step (0 = never)")
+    eval_samples: int = spec_field(1, ge=1, le=MAX_SAMPLES_PER_PROMPT,
+                                   help="1 = greedy; k = k samples at algo.temperature")
 
     def __post_init__(self) -> None:
         if self.builtin is not None and (self.train or self.eval):
@@ -138,7 +141,7 @@ class RewardSpec:
     builtin: Optional[BuiltinReward] = spec_field(None, help="a built-in rule instead of a function")
     rule_weight: float = spec_field(0.5, ge=0, help="weighted: the rule score's weight")
     genrm_weight: float = spec_field(0.5, ge=0, help="weighted: the GenRM score's weight")
-    timeout_s: float = spec_field(10.0, gt=0, help="per call")
+    timeout_s: float = spec_field(10.0, gt=0, le=MAX_SECONDS, help="per call")
     on_error: OnError = spec_field(OnError.FAIL, help="a call that raises, returns NaN or times out: "
                                                       "fail the run, or score 0 (counted)")
     correct_at: float = spec_field(0.5, help="a rule score >= this counts as correct "
@@ -170,8 +173,8 @@ class JudgeSpec:
     parser: VerdictParser = spec_field(VerdictParser.SCORE, help="how the verdict is read: score: X, "
                                                                  "yes/no, \\boxed{}, or regex")
     regex: str = spec_field("", help="parser regex: a pattern with a named group `score`")
-    max_tokens: int = spec_field(0, ge=0, help="verdict token budget; 0 = from the workload's "
-                                               "genrm_output_len")
+    max_tokens: int = spec_field(0, ge=0, le=MAX_TOKENS, help="verdict token budget; 0 = from "
+                                                              "the workload's genrm_output_len")
     temperature: float = spec_field(0.0, ge=0, help="verdict sampling temperature (0: greedy)")
     score_min: float = spec_field(0.0, help="scores are clipped to [score_min, score_max]")
     score_max: float = spec_field(10.0, help="upper clip of a parsed score")

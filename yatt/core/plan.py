@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional, Union
 
 from .errors import InputError
+from .limits import MAX_CONTROLLERS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LIST, MAX_SEEDS
 from .prediction import Prediction
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
@@ -33,18 +34,28 @@ class SearchSpec:
                                                                "Karmarkar-Karp")
     balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="a sequence's weight when balancing: "
                                                                    "tokens, or tokens plus the attention term")
-    controllers: int = spec_field(1, ge=1, help="parallel step controllers (1: the driver itself)")
+    controllers: int = spec_field(1, ge=1, le=MAX_CONTROLLERS,
+                                  help="parallel step controllers (1: the driver itself)")
     release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="what a role does with its memory "
                                                                     "between full-colocate phases")
-    seeds: int = spec_field(3, ge=1, help="seeded steps averaged per candidate")
+    seeds: int = spec_field(3, ge=1, le=MAX_SEEDS, help="seeded steps averaged per candidate")
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
-        for name in ("tp_choices", "engine_tp_choices", "pp_choices"):
+        for name in ("modes", "tp_choices", "engine_tp_choices", "pp_choices"):
+            if len(getattr(self, name)) > MAX_LIST:
+                raise InputError(f"got {len(getattr(self, name))} entries; allowed: at most {MAX_LIST}",
+                                 field=name)
+        for name in ("tp_choices", "engine_tp_choices"):
             for i, tp in enumerate(getattr(self, name)):
-                if tp < 1:
-                    raise InputError(f"got {tp}; allowed: integers >= 1", field=f"{name}[{i}]")
+                if not 1 <= tp <= MAX_GPUS_PER_NODE:
+                    raise InputError(f"got {tp}; allowed: integers >= 1 and <= {MAX_GPUS_PER_NODE} "
+                                     "(a TP group sits inside one node)", field=f"{name}[{i}]")
+        for i, pp in enumerate(self.pp_choices):   # stages may span nodes
+            if not 1 <= pp <= MAX_GPUS:
+                raise InputError(f"got {pp}; allowed: integers >= 1 and <= {MAX_GPUS:,}",
+                                 field=f"pp_choices[{i}]")
         if not self.tp_choices:
             raise InputError("needs at least one TP size", field="tp_choices")
         if not self.pp_choices:
@@ -123,8 +134,8 @@ class RolePlacement:
 
     role: Role = spec_field(help="the role this entry places")
     devices: tuple[int, ...] = spec_field(help="device ids (0..GPUs-1), one TP group after another")
-    tp: int = spec_field(1, ge=1, help="tensor-parallel size")
-    pp: int = spec_field(1, ge=1, help="pipeline-parallel size (the executor runs 1)")
+    tp: int = spec_field(1, ge=1, le=MAX_GPUS_PER_NODE, help="tensor-parallel size")
+    pp: int = spec_field(1, ge=1, le=MAX_GPUS, help="pipeline-parallel size (the executor runs 1)")
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -157,7 +168,7 @@ class Plan:
     experiment: Experiment = spec_field(help="the experiment this plan was made for, resolved and inline")
     balance: BalancePolicy = spec_field(BalancePolicy.KK, help="as search.balance")
     balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="as search.balance_cost")
-    controllers: int = spec_field(1, ge=1, help="as search.controllers")
+    controllers: int = spec_field(1, ge=1, le=MAX_CONTROLLERS, help="as search.controllers")
     release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="as search.release")
     predicted: Optional[Prediction] = spec_field(None, omit_none=True,
                                                  help="what `yatt plan` predicted for this plan "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .errors import InputError
+from .limits import MAX_SECONDS, MAX_SEEDS, MIN_RATE
 from .roles import Phase, Role
 from .schema import spec_field
 
@@ -19,7 +20,7 @@ class PhaseSeconds:
     """Wall seconds per step during which one phase runs on some device."""
 
     phase: Phase = spec_field(help="the phase")
-    seconds: float = spec_field(ge=0, help="the union of the phase's spans per step, averaged over "
+    seconds: float = spec_field(ge=0, le=MAX_SECONDS, help="the union of the phase's spans per step, averaged over "
                                           "the simulated steps (phases that overlap each count in full)")
 
 
@@ -29,16 +30,18 @@ class RoleMemory:
 
     role: Role = spec_field(help="the role")
     gb: float = spec_field(ge=0, help="peak GB per device while the role is resident")
-    capacity_gb: float = spec_field(gt=0, help="device memory, GB")
+    capacity_gb: float = spec_field(ge=MIN_RATE, help="device memory, GB")
 
 
 @dataclass(frozen=True)
 class Prediction:
     """The simulated step of a plan, as `yatt plan` predicted it."""
 
-    step_s: float = spec_field(ge=0, help="predicted step time, mean over the seeds, seconds")
-    step_s_std: float = spec_field(0.0, ge=0, help="spread of the step time over the seeds, seconds")
-    seeds: int = spec_field(1, ge=1, help="seeded simulations behind step_s")
+    step_s: float = spec_field(ge=0, le=MAX_SECONDS,
+                               help="predicted step time, mean over the seeds, seconds")
+    step_s_std: float = spec_field(0.0, ge=0, le=MAX_SECONDS,
+                                   help="spread of the step time over the seeds, seconds")
+    seeds: int = spec_field(1, ge=1, le=MAX_SEEDS, help="seeded simulations behind step_s")
     samples_per_s: float = spec_field(0.0, ge=0, help="trained samples per second, all seeds pooled")
     tokens_per_s: float = spec_field(0.0, ge=0, help="trained tokens per second, all seeds pooled")
     gpu_hours_per_step: float = spec_field(0.0, ge=0, help="GPUs x step_s / 3600")

@@ -16,6 +16,9 @@ from typing import Optional
 import numpy as np
 
 from .errors import InputError
+from .limits import (MAX_EPOCHS, MAX_GPUS, MAX_GPUS_PER_NODE, MAX_LIST,
+                     MAX_MODEL_DIM, MAX_PAYLOAD_BYTES, MAX_RESAMPLE_ROUNDS, MAX_SAMPLES_PER_PROMPT,
+                     MAX_SAMPLES_PER_STEP, MAX_SECONDS, MAX_STEPS, MAX_TOKENS, MIN_RATE)
 from .roles import AlgoName, DistKind, RewardSource
 from .schema import spec_field
 
@@ -52,12 +55,12 @@ class GpuSpec:
     Rates are achievable ceilings (measured, or datasheet x measured ratio: gpus.yaml)."""
 
     name: str = spec_field(help="GPU kind, e.g. H200 (the catalog key; `cpu-local` for CPU devices)")
-    bf16_tflops: float = spec_field(gt=0, help="dense bf16 TFLOP/s a large GEMM reaches")
-    hbm_gb: float = spec_field(gt=0, help="device memory, GB")
-    hbm_gbps: float = spec_field(gt=0, help="device memory read bandwidth reached, GB/s")
-    intra_node_gbps: float = spec_field(gt=0, help="NVLink/PCIe peer bandwidth per device, GB/s")
-    inter_node_gbps: float = spec_field(gt=0, help="network bandwidth per device, GB/s")
-    host_link_gbps: float = spec_field(gt=0, help="pinned device<->host copy bandwidth reached, GB/s")
+    bf16_tflops: float = spec_field(ge=MIN_RATE, help="dense bf16 TFLOP/s a large GEMM reaches")
+    hbm_gb: float = spec_field(ge=MIN_RATE, help="device memory, GB")
+    hbm_gbps: float = spec_field(ge=MIN_RATE, help="device memory read bandwidth reached, GB/s")
+    intra_node_gbps: float = spec_field(ge=MIN_RATE, help="NVLink/PCIe peer bandwidth per device, GB/s")
+    inter_node_gbps: float = spec_field(ge=MIN_RATE, help="network bandwidth per device, GB/s")
+    host_link_gbps: float = spec_field(ge=MIN_RATE, help="pinned device<->host copy bandwidth reached, GB/s")
     source: str = spec_field("", help="where the numbers come from (measurement or datasheet)")
 
     @property
@@ -69,9 +72,16 @@ class GpuSpec:
 class ClusterSpec:
     gpu: GpuSpec = spec_field(help="GPU kind: a catalog name (yatt/catalog/gpus.yaml), a path to a "
                                      "GPU .yaml, or an inline mapping")
-    nodes: int = spec_field(1, ge=1, help="number of nodes")
-    gpus_per_node: int = spec_field(8, ge=1, help="devices per node; a TP group never spans nodes")
+    nodes: int = spec_field(1, ge=1, le=MAX_GPUS, help="number of nodes")
+    gpus_per_node: int = spec_field(8, ge=1, le=MAX_GPUS_PER_NODE,
+                                    help="devices per node; a TP group never spans nodes")
     name: str = spec_field("", help="label shown in tables")
+
+    def __post_init__(self) -> None:
+        if self.nodes * self.gpus_per_node > MAX_GPUS:
+            raise InputError(f"{self.nodes} nodes x {self.gpus_per_node} GPUs per node = "
+                             f"{self.nodes * self.gpus_per_node:,} GPUs; allowed: at most "
+                             f"{MAX_GPUS:,} GPUs in a cluster", field="nodes")
 
     @property
     def num_gpus(self) -> int:
@@ -86,14 +96,14 @@ class ModelSpec:
     """A decoder-only transformer's shape (Qwen2/Llama family: GQA, SwiGLU, RMSNorm)."""
 
     name: str = spec_field(help="model name (the catalog key for catalog models)")
-    layers: int = spec_field(ge=1, help="transformer layers")
-    hidden: int = spec_field(ge=1, help="hidden size")
-    intermediate: int = spec_field(ge=1, help="MLP (SwiGLU) intermediate size")
-    heads: int = spec_field(ge=1, help="attention heads")
-    kv_heads: int = spec_field(ge=1, help="key/value heads (GQA); must divide heads")
-    vocab: int = spec_field(ge=1, help="vocabulary size")
+    layers: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="transformer layers")
+    hidden: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="hidden size")
+    intermediate: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="MLP (SwiGLU) intermediate size")
+    heads: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="attention heads")
+    kv_heads: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="key/value heads (GQA); must divide heads")
+    vocab: int = spec_field(ge=1, le=MAX_MODEL_DIM, help="vocabulary size")
     tied_embeddings: bool = spec_field(False, help="input and output embeddings share weights")
-    head_dim: int = spec_field(0, ge=0, help="0 = hidden // heads")
+    head_dim: int = spec_field(0, ge=0, le=MAX_MODEL_DIM, help="0 = hidden // heads")
     qkv_bias: bool = spec_field(True, help="Q/K/V projections have a bias (Qwen2: yes, Llama: no)")
     dtype_bytes: int = spec_field(2, ge=1, le=8, help="bytes per weight and KV element (2: bf16)")
     published_params: float = spec_field(0.0, ge=0, help="published parameter count, for checks")
@@ -160,11 +170,11 @@ class LengthDist:
     """
 
     kind: DistKind = spec_field(DistKind.CONST, help="distribution shape")
-    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median (not the mean)")
+    value: float = spec_field(0.0, ge=0, le=MAX_TOKENS, help="const value, or lognormal median (not the mean)")
     sigma: Optional[float] = spec_field(None, ge=0, le=5,
                                         help="lognormal only, required: std of log(length), e.g. 0.5")
-    min: int = spec_field(1, ge=0, help="lower clip (uniform: lower bound)")
-    max: int = spec_field(1_000_000, ge=1, help="upper clip, the cap (uniform: upper bound)")
+    min: int = spec_field(1, ge=0, le=MAX_TOKENS, help="lower clip (uniform: lower bound)")
+    max: int = spec_field(1_000_000, ge=1, le=MAX_TOKENS, help="upper clip, the cap (uniform: upper bound)")
     values: tuple[int, ...] = spec_field((), help="empirical: the lengths")
     weights: tuple[float, ...] = spec_field((), help="empirical: their weights (empty: equal)")
 
@@ -175,8 +185,9 @@ class LengthDist:
             if not self.values:
                 raise InputError("empirical distribution needs a non-empty list", field="values")
             for i, v in enumerate(self.values):
-                if v < 0:
-                    raise InputError(f"got {v}; allowed: a length >= 0", field=f"values[{i}]")
+                if not 0 <= v <= MAX_TOKENS:
+                    raise InputError(f"got {v}; allowed: a length >= 0 and <= {MAX_TOKENS}",
+                                     field=f"values[{i}]")
             if self.weights and len(self.weights) != len(self.values):
                 raise InputError(f"needs {len(self.values)} weights to match values, got "
                                  f"{len(self.weights)}", field="weights")
@@ -224,8 +235,9 @@ class LengthDist:
 class Workload:
     """What one RL step processes."""
 
-    prompts_per_step: int = spec_field(ge=1, help="prompts per RL step")
-    samples_per_prompt: int = spec_field(ge=1, help="responses per prompt (the GRPO group size)")
+    prompts_per_step: int = spec_field(ge=1, le=MAX_SAMPLES_PER_STEP, help="prompts per RL step")
+    samples_per_prompt: int = spec_field(ge=1, le=MAX_SAMPLES_PER_PROMPT,
+                                         help="responses per prompt (the GRPO group size)")
     prompt_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 256), help="prompt tokens")
     response_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 512),
                                           help="response token budget (the engine's max_tokens)")
@@ -234,7 +246,8 @@ class Workload:
     stop_len: Optional[LengthDist] = spec_field(
         None, help="where the policy ends a response with EOS; a response is min(budget, stop). "
                    "null: the profile's measured stop lengths, else every response runs to its budget")
-    genrm_template_tokens: int = spec_field(64, ge=0, help="judging-prompt overhead per sample")
+    genrm_template_tokens: int = spec_field(64, ge=0, le=MAX_TOKENS,
+                                            help="judging-prompt overhead per sample")
     genrm_output_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 64),
                                               help="GenRM verdict tokens; the executor's judge budget is its "
                                                    "mean clamped to 4..64")
@@ -242,14 +255,32 @@ class Workload:
                                                "generate replacement groups (needs samples_per_prompt >= 2)")
     all_equal_prob: float = spec_field(0.0, ge=0, lt=1, help="simulator only: P(a group's rewards all "
                                                               "equal); the executor uses real rewards")
-    max_resample_rounds: int = spec_field(3, ge=0, help="dynamic sampling: extra generation rounds per step")
+    max_resample_rounds: int = spec_field(3, ge=0, le=MAX_RESAMPLE_ROUNDS,
+                                          help="dynamic sampling: extra generation rounds per step")
     response_growth_per_step: float = spec_field(0.0, ge=-0.5, le=1.0,
                                                  help="relative growth of response lengths per step")
-    sample_payload_bytes: int = spec_field(0, ge=0, help="extra bytes per prompt (e.g. images)")
+    sample_payload_bytes: int = spec_field(0, ge=0, le=MAX_PAYLOAD_BYTES,
+                                           help="extra bytes per prompt (e.g. images)")
+
+    def __post_init__(self) -> None:
+        n = self.prompts_per_step * self.samples_per_prompt
+        if n > MAX_SAMPLES_PER_STEP:
+            raise InputError(f"{self.prompts_per_step:,} prompts x {self.samples_per_prompt:,} "
+                             f"samples = {n:,} samples per step; allowed: at most "
+                             f"{MAX_SAMPLES_PER_STEP:,}", field="prompts_per_step")
 
     @property
     def samples_per_step(self) -> int:
         return self.prompts_per_step * self.samples_per_prompt
+
+    @property
+    def expected_requests(self) -> float:
+        """Responses generated per step on average: with dynamic sampling, each round
+        regenerates the groups whose rewards all agreed (probability all_equal_prob)."""
+        if not self.dynamic_sampling or self.all_equal_prob <= 0:
+            return float(self.samples_per_step)
+        p = self.all_equal_prob
+        return self.samples_per_step * sum(p ** k for k in range(self.max_resample_rounds + 1))
 
     @property
     def judge_max_tokens(self) -> int:
@@ -262,8 +293,8 @@ class Workload:
 class AlgoSpec:
     name: AlgoName = spec_field(AlgoName.GRPO, help="label only: both use group-relative advantages "
                                                     "and the PPO-clip loss (no critic)")
-    ppo_epochs: int = spec_field(1, ge=1, help="optimizer passes over each step's batch")
-    micro_batch_tokens: int = spec_field(16384, ge=1, help="tokens per training micro-batch")
+    ppo_epochs: int = spec_field(1, ge=1, le=MAX_EPOCHS, help="optimizer passes over each step's batch")
+    micro_batch_tokens: int = spec_field(16384, ge=1, le=MAX_TOKENS, help="tokens per training micro-batch")
     lr: float = spec_field(1e-6, gt=0, help="Adam learning rate (peak, after warmup)")
     kl_coef: float = spec_field(0.2, ge=0, help="weight of the KL(pi || pi_ref) penalty in the loss")
     entropy_coef: float = spec_field(0.1, ge=0, help="weight of the entropy bonus in the loss")
@@ -285,13 +316,13 @@ class AlgoSpec:
                                                               "- log pi (>= 0); k1: log pi - log pi_ref")
     lr_schedule: LrSchedule = spec_field(LrSchedule.CONSTANT, help="after warmup: constant, or cosine "
                                                                    "down to lr * lr_min_ratio at the last step")
-    lr_warmup_steps: int = spec_field(0, ge=0, help="linear warmup steps")
+    lr_warmup_steps: int = spec_field(0, ge=0, le=MAX_STEPS, help="linear warmup steps")
     lr_min_ratio: float = spec_field(0.1, ge=0, le=1, help="cosine floor, as a fraction of lr")
     seq_len_batching: bool = spec_field(False, help="WeChat-YATT: sequences per micro-batch from the "
                                                     "longest length (<= 512: 32, <= 1024: 16, else 8)")
     adaptive_accept: bool = spec_field(False, help="WeChat-YATT: from the 2nd epoch on, keep 100/70/50% "
                                                    "of sequences by the clipped-token ratio")
-    mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
+    mini_batches: int = spec_field(1, ge=1, le=MAX_EPOCHS, help="optimizer steps per PPO epoch: the step's batch "
                                    "is split into this many mini-batches (verl's ppo_mini_batch_size)")
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
                                            "reuse each sequence's first training forward, or recompute "
@@ -310,11 +341,11 @@ class AlgoSpec:
 class EngineSpec:
     """Inference-engine settings shared by rollout and GenRM (vLLM semantics)."""
 
-    max_num_seqs: int = spec_field(256, ge=1, help="rollout engine: most sequences in its running batch")
+    max_num_seqs: int = spec_field(256, ge=1, le=MAX_SAMPLES_PER_STEP, help="rollout engine: most sequences in its running batch")
     gpu_memory_utilization: float = spec_field(0.85, gt=0, le=1, help="share of device memory an engine "
                                                                       "may use (weights + KV pool)")
-    genrm_max_num_seqs: int = spec_field(256, ge=1, help="GenRM engine: most sequences in its running batch")
-    queue_capacity: int = spec_field(4096, ge=1, help="bounded rollout->GenRM queue, in samples (partial colocate; "
+    genrm_max_num_seqs: int = spec_field(256, ge=1, le=MAX_SAMPLES_PER_STEP, help="GenRM engine: most sequences in its running batch")
+    queue_capacity: int = spec_field(4096, ge=1, le=MAX_SAMPLES_PER_STEP, help="bounded rollout->GenRM queue, in samples (partial colocate; "
                                                 "the executor caps it at 1024)")
 
 
@@ -330,15 +361,15 @@ class CheckpointSpec:
     stop the run.
     """
 
-    every_steps: int = spec_field(10, ge=0, help="checkpoint every N completed steps (0: off)")
-    every_minutes: float = spec_field(30.0, ge=0, help="checkpoint when this many minutes passed since "
+    every_steps: int = spec_field(10, ge=0, le=MAX_STEPS, help="checkpoint every N completed steps (0: off)")
+    every_minutes: float = spec_field(30.0, ge=0, le=MAX_SECONDS / 60, help="checkpoint when this many minutes passed since "
                                                        "the last one (0: off)")
     at_steps: tuple[int, ...] = spec_field((), help="also checkpoint after these steps")
-    keep_last: int = spec_field(2, ge=1, help="sealed checkpoints kept (older ones are deleted)")
+    keep_last: int = spec_field(2, ge=1, le=MAX_LIST, help="sealed checkpoints kept (older ones are deleted)")
     async_save: bool = spec_field(True, help="write the trainer's shards in the background while "
                                              "training goes on")
-    max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
-    max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
+    max_restarts: int = spec_field(3, ge=0, le=MAX_STEPS, help="actor restarts per run (step redone)")
+    max_nonfinite_steps: int = spec_field(3, ge=1, le=MAX_STEPS, help="consecutive non-finite steps that stop the run")
     final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")
 
     @property
@@ -348,5 +379,6 @@ class CheckpointSpec:
 
     def __post_init__(self) -> None:
         for i, s in enumerate(self.at_steps):
-            if s < 0:
-                raise InputError(f"got {s}; allowed: step indices >= 0", field=f"at_steps[{i}]")
+            if not 0 <= s <= MAX_STEPS:
+                raise InputError(f"got {s}; allowed: step indices >= 0 and <= {MAX_STEPS}",
+                                 field=f"at_steps[{i}]")

@@ -9,16 +9,21 @@ from __future__ import annotations
 
 import gzip
 import json
-import zlib
+from array import array
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
+import numpy as np
+
 from .errors import InputError
+from .jsonl import line_batches, parse_line
+from .limits import MAX_GPUS, MAX_RESAMPLE_ROUNDS, MAX_SECONDS, MAX_STEPS, MAX_TOKENS
 from .plan import Plan
 from .roles import Phase, Role, TraceSource
-from .schema import from_dict, spec_field, to_dict
+from .safeio import atomic_write
+from .schema import from_dict, from_dicts, show, spec_field, to_dict
 
 SCHEMA_VERSION = "yatt.trace/1"
 
@@ -31,7 +36,7 @@ class TraceMeta:
     yatt_version: str = ""
     schema: str = SCHEMA_VERSION
     hardware: str = ""
-    steps: int = spec_field(1, ge=0)
+    steps: int = spec_field(1, ge=0, le=MAX_STEPS)
     extra: dict[str, Any] = spec_field(default_factory=dict, help="free-form run facts")
 
     def __post_init__(self) -> None:
@@ -39,42 +44,43 @@ class TraceMeta:
             raise InputError(f"got {self.schema!r}; allowed: {SCHEMA_VERSION}", field="schema")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)   # slots: a trace holds millions of records
 class SampleRecord:
     """One generated response and what happened to it."""
 
-    step: int = spec_field(ge=0)
+    step: int = spec_field(ge=0, le=MAX_STEPS)
     sample_id: int = spec_field(ge=0)
     prompt_id: int = spec_field(ge=0)
-    prompt_tokens: int = spec_field(ge=0)
-    response_tokens: int = spec_field(ge=0)
-    genrm_input_tokens: int = spec_field(0, ge=0)
-    genrm_output_tokens: int = spec_field(0, ge=0)
+    prompt_tokens: int = spec_field(ge=0, le=MAX_TOKENS)
+    response_tokens: int = spec_field(ge=0, le=MAX_TOKENS)
+    genrm_input_tokens: int = spec_field(0, ge=0, le=3 * MAX_TOKENS)  # prompt + response + template
+    genrm_output_tokens: int = spec_field(0, ge=0, le=MAX_TOKENS)
     reward: Optional[float] = None
     kept: bool = True
-    dp_rank: int = spec_field(-1, ge=-1, help="-1 when not trained (dropped)")
-    round: int = spec_field(0, ge=0, help="dynamic-sampling round that produced it")
-    rollout_end_s: Optional[float] = None
-    genrm_end_s: Optional[float] = None
+    dp_rank: int = spec_field(-1, ge=-1, le=MAX_GPUS, help="-1 when not trained (dropped)")
+    round: int = spec_field(0, ge=0, le=MAX_RESAMPLE_ROUNDS, help="dynamic-sampling round that produced it")
+    rollout_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
+    genrm_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SpanRecord:
     """One phase of work on a set of devices, in seconds since the run started."""
 
-    step: int = spec_field(ge=0)
+    step: int = spec_field(ge=0, le=MAX_STEPS)
     role: Role = Role.TRAINER
     phase: Phase = Phase.TRAIN
     devices: tuple[int, ...] = ()
-    start_s: float = spec_field(0.0, ge=0)
-    end_s: float = spec_field(0.0, ge=0)
+    start_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS)
+    end_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS)
     tokens: int = spec_field(0, ge=0)
     name: str = ""
 
     def __post_init__(self) -> None:
         for i, d in enumerate(self.devices):
-            if d < 0:
-                raise InputError(f"got {d}; allowed: a device id >= 0", field=f"devices[{i}]")
+            if not 0 <= d < MAX_GPUS:
+                raise InputError(f"got {d}; allowed: a device id >= 0 and < {MAX_GPUS}",
+                                 field=f"devices[{i}]")
         if self.end_s < self.start_s:
             raise InputError(f"end_s ({self.end_s}) is before start_s ({self.start_s})",
                              field="end_s")
@@ -161,47 +167,39 @@ class Trace:
             yield {"kind": "span", **to_dict(sp)}
 
     def write_jsonl(self, path: str | Path) -> None:
-        """Write atomically (temp file + rename) so a crash never leaves half a trace."""
+        """Write atomically and never through a link (`safeio`): a crash never leaves half
+        a trace. gzip-compressed when the name ends in .gz."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        with _open(path, "w", tmp) as f:
-            for rec in self.records():
-                f.write(json.dumps(rec, separators=(",", ":")) + "\n")
-        tmp.replace(path)
+        with atomic_write(path, "wb") as raw:
+            out = (gzip.GzipFile(filename=path.name, mode="wb", fileobj=raw, compresslevel=6)
+                   if path.suffix == ".gz" else raw)
+            try:
+                lines: list[str] = []
+                for rec in self.records():
+                    lines.append(json.dumps(rec, separators=(",", ":")))
+                    if len(lines) >= 4096:
+                        out.write(("\n".join(lines) + "\n").encode())
+                        lines.clear()
+                if lines:
+                    out.write(("\n".join(lines) + "\n").encode())
+            finally:
+                if out is not raw:
+                    out.close()
 
     @staticmethod
     def from_records(records: Iterable[tuple[int, dict[str, Any]]], file: str = "") -> "Trace":
-        meta = None
-        samples: list[SampleRecord] = []
-        spans: list[SpanRecord] = []
+        """A Trace from (line number, record) pairs, validated one record at a time."""
+        b = _Builder(file)
         for lineno, rec in records:
-            where = f"line {lineno}"
-            if not isinstance(rec, dict):
-                raise InputError("a record must be a JSON object", field=where, file=file)
-            kind = rec.get("kind")
-            body = {k: v for k, v in rec.items() if k != "kind"}
-            try:
-                if kind == "meta":
-                    if meta is not None:
-                        raise InputError("a second meta record", field="kind")
-                    meta = from_dict(TraceMeta, body)
-                elif kind == "sample":
-                    samples.append(from_dict(SampleRecord, body))
-                elif kind == "span":
-                    spans.append(from_dict(SpanRecord, body))
-                else:
-                    raise InputError(f"got {kind!r}; allowed: meta|sample|span", field="kind")
-            except InputError as e:
-                raise InputError(e.message, field=f"{where}: {e.field}" if e.field else where,
-                                 file=file) from None
-            if meta is None:
-                raise InputError("the first record must be the meta record", field=where, file=file)
-        if meta is None:
-            raise InputError("empty trace: no meta record", file=file)
-        return Trace(meta, tuple(samples), tuple(spans))
+            b.exact(lineno, rec)
+        return b.finish()
 
     @staticmethod
     def read_jsonl(path: str | Path) -> "Trace":
+        """Read and validate a JSONL trace (.gz: gzip) within the size caps of
+        `yatt.core.limits` (`jsonl.line_batches`). Records are checked a batch at a time
+        (`schema.from_dicts`); a batch with any doubt is re-read record by record, which
+        names the first bad line."""
         path = Path(path)
         try:
             ok = path.is_file()
@@ -209,52 +207,114 @@ class Trace:
             ok = False
         if not ok:
             raise InputError("no such file", file=str(path))
-
-        def lines() -> Iterator[tuple[int, str]]:
-            # Bytes in, decoded line by line: a bad byte is reported on its own line (a text
-            # handle decodes whole buffers ahead and would blame an earlier line).
-            i = 0
-            try:
-                with (gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")) as f:
-                    for i, raw in enumerate(f, 1):
-                        try:
-                            line = raw.decode("utf-8")
-                        except UnicodeDecodeError as e:
-                            raise InputError(f"not UTF-8 text (byte {e.start})", field=f"line {i}",
-                                             file=str(path)) from None
-                        yield i, line
-            except (OSError, EOFError, zlib.error) as e:  # unreadable, or a corrupt/truncated .gz
-                raise InputError(f"cannot read: {e}", field=f"line {i + 1}", file=str(path)) from None
-
-        def gen() -> Iterator[tuple[int, dict[str, Any]]]:
-            for i, line in lines():
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise InputError(f"not valid JSON ({e.msg} at column {e.colno})",
-                                     field=f"line {i}", file=str(path)) from None
-                except RecursionError:
-                    raise InputError("not valid JSON (nested too deeply)", field=f"line {i}",
-                                     file=str(path)) from None
-                except ValueError as e:  # e.g. an integer past Python's digit limit
-                    why = str(e).splitlines()[0][:100] if str(e) else type(e).__name__
-                    if "integer string conversion" in why:
-                        why = "an integer with more than 4300 digits"
-                    raise InputError(f"not valid JSON ({why})",
-                                     field=f"line {i}", file=str(path)) from None
-                yield i, rec
-
-        return Trace.from_records(gen(), file=str(path))
+        b = _Builder(str(path))
+        for batch in line_batches(path):
+            b.batch([(i, parse_line(raw, i, b.file)) for i, raw in batch])
+        return b.finish()
 
 
-def _open(path: Path, mode: str, real: Optional[Path] = None):
-    """Text file handle; gzip when `path` ends in .gz (`real` is the file actually opened)."""
-    target = real or path
-    if path.suffix == ".gz":
-        return gzip.open(target, mode + "t", compresslevel=6) if mode == "w" else gzip.open(target, "rt")
-    return open(target, mode)
+_KIND = frozenset({"kind"})
+
+
+class _Builder:
+    """Collects a trace's records in order; `finish` checks what spans records."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.meta: Optional[TraceMeta] = None
+        self.samples: list[SampleRecord] = []
+        self.spans: list[SpanRecord] = []
+        self.sample_lines = array("q")
+        self.span_lines = array("q")
+
+    def exact(self, lineno: int, rec: Any) -> None:
+        """One record, converted field by field (the precise error on bad input)."""
+        where = f"line {lineno}"
+        if not isinstance(rec, dict):
+            raise InputError("a record must be a JSON object", field=where, file=self.file)
+        kind = rec.get("kind")
+        body = {k: v for k, v in rec.items() if k != "kind"}
+        try:
+            if kind == "meta":
+                if self.meta is not None:
+                    raise InputError("a second meta record", field="kind")
+                self.meta = from_dict(TraceMeta, body)
+            elif kind == "sample":
+                self.samples.append(from_dict(SampleRecord, body))
+                self.sample_lines.append(lineno)
+            elif kind == "span":
+                self.spans.append(from_dict(SpanRecord, body))
+                self.span_lines.append(lineno)
+            else:
+                raise InputError(f"got {show(kind)}; allowed: meta|sample|span", field="kind")
+        except InputError as e:
+            raise InputError(e.message, field=f"{where}: {e.field}" if e.field else where,
+                             file=self.file) from None
+        if self.meta is None:
+            raise InputError("the first record must be the meta record", field=where, file=self.file)
+
+    def batch(self, pairs: list[tuple[int, Any]]) -> None:
+        """Records of consecutive lines: samples and spans a column at a time when they
+        all pass, else one by one."""
+        if self.meta is None and pairs:
+            self.exact(*pairs[0])
+            pairs = pairs[1:]
+        groups: dict[str, tuple[list[Any], list[int]]] = {"sample": ([], []), "span": ([], [])}
+        for lineno, rec in pairs:
+            kind = rec.get("kind") if type(rec) is dict else None
+            g = groups.get(kind) if type(kind) is str else None
+            if g is None:   # not a sample or a span: the exact path says what it is
+                return self._exact_all(pairs)
+            g[0].append(rec)
+            g[1].append(lineno)
+        built = {}
+        for kind, cls in (("sample", SampleRecord), ("span", SpanRecord)):
+            rows = groups[kind][0]
+            built[kind] = from_dicts(cls, rows, _KIND) if rows else []
+            if built[kind] is None:
+                return self._exact_all(pairs)
+        self.samples += built["sample"]
+        self.sample_lines.extend(groups["sample"][1])
+        self.spans += built["span"]
+        self.span_lines.extend(groups["span"][1])
+
+    def _exact_all(self, pairs: list[tuple[int, Any]]) -> None:
+        for lineno, rec in pairs:
+            self.exact(lineno, rec)
+
+    def finish(self) -> Trace:
+        if self.meta is None:
+            raise InputError("empty trace: no meta record", file=self.file)
+        self._unique_samples()
+        self._devices_in_cluster()
+        return Trace(self.meta, tuple(self.samples), tuple(self.spans))
+
+    def _unique_samples(self) -> None:
+        """A (step, sample_id) recorded twice would count its sample twice in throughput."""
+        n = len(self.samples)
+        if n < 2:
+            return
+        step = np.fromiter((s.step for s in self.samples), np.int64, n)
+        sid = np.fromiter((s.sample_id for s in self.samples), np.int64, n)
+        order = np.lexsort((sid, step))
+        dup = np.flatnonzero((step[order][1:] == step[order][:-1]) & (sid[order][1:] == sid[order][:-1]))
+        if dup.size:
+            later = max(order[dup[0]], order[dup[0] + 1])
+            first = min(order[dup[0]], order[dup[0] + 1])
+            raise InputError(f"sample {sid[later]} of step {step[later]} is recorded twice (first "
+                             f"at line {self.sample_lines[first]}); allowed: one record per "
+                             "(step, sample_id)", field=f"line {self.sample_lines[later]}: sample_id",
+                             file=self.file)
+
+    def _devices_in_cluster(self) -> None:
+        assert self.meta is not None
+        n = self.meta.plan.cluster.num_gpus
+        for i, s in enumerate(self.spans):
+            if s.devices and max(s.devices) >= n:
+                j = next(k for k, d in enumerate(s.devices) if d >= n)
+                raise InputError(f"device {s.devices[j]} is outside the recorded plan's cluster "
+                                 f"(devices 0..{n - 1})", field=f"line {self.span_lines[i]}: "
+                                 f"devices[{j}]", file=self.file)
 
 
 def _union_length(ivs: list[tuple[float, float]]) -> float:

@@ -14,6 +14,13 @@ Layout of `RUN_DIR/checkpoints/step-NNNNNN/` (NNNNNN = the last completed step):
   trace.jsonl     the run's trace up to and including that step
   manifest.json   written last: {"files": {relpath: {"sha256", "bytes"}}}
 
+A run directory is input when resumed, and may have been tampered with: a manifest entry
+that leaves its checkpoint (`../../etc/passwd`, an absolute path) is refused unread, links
+are never followed or written through, and `state.json` is validated like a config
+(`RunState`). The manifest's hashes catch corruption, not tampering (whoever wrote the files
+wrote the hashes); the trainer's files are loaded without running pickled code
+(`yatt.exec.safe_load`).
+
 This module is plain file handling (no torch, no Ray) so it is tested on its own.
 """
 from __future__ import annotations
@@ -23,12 +30,17 @@ import json
 import os
 import re
 import shutil
+import stat
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable, Optional
 
 from yatt.core.errors import InputError
+from yatt.core.jsonl import parse_line
+from yatt.core.limits import MAX_SECONDS, MAX_STEPS
+from yatt.core.safeio import ensure_dir, read_at_most, write_text
+from yatt.core.schema import from_dict, spec_field, to_dict
 
 FORMAT = "yatt.checkpoint/1"
 MANIFEST = "manifest.json"
@@ -58,28 +70,58 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _entries(d: Path) -> list[tuple[Path, os.stat_result]]:
+    """Everything under `d` but the manifest, links not followed, with its lstat."""
+    out = []
+    for top, dirs, names in os.walk(d, followlinks=False):
+        for n in dirs + names:
+            p = Path(top) / n
+            if p != d / MANIFEST:
+                out.append((p, os.lstat(p)))
+    return sorted(out)
+
+
 def _files(d: Path) -> list[Path]:
-    return sorted(p for p in d.rglob("*") if p.is_file() and p.name != MANIFEST)
+    return [p for p, st in _entries(d) if stat.S_ISREG(st.st_mode)]
 
 
 def write_manifest(d: Path) -> dict:
-    """Hash every file under `d` into `d/manifest.json` (written via a temp file)."""
+    """Hash every file under `d` into `d/manifest.json` (atomically, never through a link)."""
     files = {str(p.relative_to(d)): {"sha256": _sha256(p), "bytes": p.stat().st_size}
              for p in _files(d)}
     man = {"format": FORMAT, "files": files}
-    tmp = d / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(man, indent=1, sort_keys=True))
-    _fsync(tmp)
-    tmp.replace(d / MANIFEST)
+    write_text(d / MANIFEST, json.dumps(man, indent=1, sort_keys=True), fsync=True)
     return man
+
+
+def remove(p: Path) -> None:
+    """Delete a checkpoint directory, or a link or file in its place (never what a link
+    points to)."""
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        return
+    if stat.S_ISDIR(st.st_mode):
+        shutil.rmtree(p)
+    else:
+        os.unlink(p)
+
+
+def fresh_dir(run_dir: Path, step: int) -> Path:
+    """An empty `step-NNNNNN.partial/` made by us (a stale one, or a link in its place, is
+    removed first), under a real `checkpoints/` directory."""
+    part = partial_dir(run_dir, step)
+    ensure_dir(root(run_dir), Path(run_dir))
+    remove(part)
+    os.mkdir(part)
+    return part
 
 
 def commit(run_dir: Path, step: int, keep_last: int) -> Path:
     """Seal a finished partial checkpoint: manifest, atomic rename, prune to keep_last."""
     part, final = partial_dir(run_dir, step), final_dir(run_dir, step)
     write_manifest(part)
-    if final.exists():          # a redone step (after a fault) replaces its older copy
-        shutil.rmtree(final)
+    remove(final)               # a redone step (after a fault) replaces its older copy
     os.replace(part, final)
     _fsync_dir(final.parent)
     prune(run_dir, keep_last)
@@ -97,7 +139,10 @@ def prune(run_dir: Path, keep_last: int) -> list[Path]:
         if m and int(m.group(1)) <= newest:
             gone.append(p)
     for d in gone:
-        shutil.rmtree(d, ignore_errors=True)
+        try:
+            remove(d)
+        except OSError:
+            pass
     return gone
 
 
@@ -109,29 +154,59 @@ def complete(run_dir: Path) -> list[tuple[int, Path]]:
     out = []
     for d in r.iterdir():
         m = _NAME.match(d.name)
-        if m and d.is_dir() and (d / MANIFEST).is_file():
+        if m and _is_real(d, stat.S_ISDIR) and _is_real(d / MANIFEST, stat.S_ISREG):
             out.append((int(m.group(1)), d))
     return sorted(out)
+
+
+def _is_real(p: Path, kind: Callable[[int], bool]) -> bool:
+    """`p` exists, is not a link, and is of `kind` (stat.S_ISDIR / S_ISREG)."""
+    try:
+        return kind(os.lstat(p).st_mode)
+    except OSError:
+        return False
+
+
+def _inside(rel: Any) -> bool:
+    """A manifest path that stays inside its checkpoint: relative, no `..`, no empty part."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or "\\" in rel:
+        return False
+    parts = PurePosixPath(rel).parts
+    return (bool(parts) and not PurePosixPath(rel).is_absolute()
+            and all(p not in ("", ".", "..") for p in parts))
 
 
 def verify(d: Path) -> Optional[str]:
     """None if every file in the manifest is present with its size and sha256, else a
     one-line reason that names the offending file."""
     try:
-        man = json.loads((d / MANIFEST).read_text())
+        man = read_json(d / MANIFEST)
         files = man["files"]
         if man.get("format") != FORMAT or not isinstance(files, dict):
             return f"{d / MANIFEST}: not a {FORMAT} manifest"
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except InputError as e:
+        return f"{d / MANIFEST}: unreadable manifest ({e.message})"
+    except (OSError, KeyError, TypeError, AttributeError) as e:
         return f"{d / MANIFEST}: unreadable manifest ({type(e).__name__})"
     for rel, want in sorted(files.items()):
+        if not _inside(rel):   # refused unread: neither its size nor its hash is looked at
+            return f"{d / MANIFEST}: entry {rel[:80]!r} leaves the checkpoint directory"
+        if not (isinstance(want, dict) and type(want.get("bytes")) is int
+                and isinstance(want.get("sha256"), str)):
+            return f"{d / MANIFEST}: entry {rel[:80]!r} is not {{sha256, bytes}}"
+    for p, st in _entries(d):
+        if stat.S_ISLNK(st.st_mode):
+            return f"{p}: a link (a checkpoint holds only files and directories)"
+        if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
+            return f"{p}: not a regular file"
+    for rel, want in sorted(files.items()):
         p = d / rel
-        if not p.is_file():
+        if not _is_real(p, stat.S_ISREG):
             return f"{p}: missing"
         size = p.stat().st_size
-        if size != want.get("bytes"):
-            return f"{p}: {size} bytes, manifest says {want.get('bytes')} (truncated or corrupt)"
-        if _sha256(p) != want.get("sha256"):
+        if size != want["bytes"]:
+            return f"{p}: {size} bytes, manifest says {want['bytes']} (truncated or corrupt)"
+        if _sha256(p) != want["sha256"]:
             return f"{p}: sha256 mismatch (corrupt)"
     for p in _files(d):
         if str(p.relative_to(d)) not in files:
@@ -139,23 +214,39 @@ def verify(d: Path) -> Optional[str]:
     return None
 
 
-def latest_valid(run_dir: Path, warn: Callable[[str], None]) -> tuple[int, Path]:
-    """The newest checkpoint that verifies; each refused one is reported through `warn`
-    with the file that failed. InputError when none is usable."""
+def read_json(path: Path) -> Any:
+    """A small JSON file of a run directory, strictly (duplicate keys refused), as data."""
+    if not _is_real(path, stat.S_ISREG):
+        raise InputError("missing, or not a regular file", file=str(path))
+    raw = read_at_most(path, _JSON_MAX)
+    if len(raw) > _JSON_MAX:
+        raise InputError(f"larger than {_JSON_MAX:,} bytes", file=str(path))
+    return parse_line(raw, 1, str(path)) if raw.strip() else None
+
+
+def latest_valid(run_dir: Path, warn: Callable[[str], None],
+                 check: Optional[Callable[[Path], Optional[str]]] = None) -> tuple[int, Path]:
+    """The newest checkpoint that verifies (and passes `check`, a reason or None: the
+    trainer files' safety scan); each refused one is reported through `warn` with the file
+    that failed. InputError when none is usable."""
+    if not Path(run_dir).is_dir():
+        raise InputError("not a directory; allowed: a yatt run directory", field="--resume",
+                         file=str(run_dir))
     found = complete(run_dir)
     if not found:
         raise InputError(f"no complete checkpoint under {root(run_dir)} (the run saved none "
                          "before it stopped; set checkpoint.every_steps)", field="--resume")
-    reasons = []
+    why = ""
     for step, d in reversed(found):
         why = verify(d)
+        if why is None and check is not None:
+            why = check(d)
         if why is None:
             return step, d
-        reasons.append(why)
         older = [s for s, _ in found if s < step]
-        warn(f"refusing checkpoint {d.name}: {why}; "
-             + (f"falling back to step-{older[-1]:06d}" if older else "no older checkpoint"))
-    raise InputError(f"no valid checkpoint under {root(run_dir)}: {reasons[0]}", field="--resume")
+        if older:   # the last refusal is said by the error below, not twice
+            warn(f"refusing checkpoint {d.name}: {why}; falling back to step-{older[-1]:06d}")
+    raise InputError(f"no valid checkpoint under {root(run_dir)}: {why}", field="--resume")
 
 
 @dataclass
@@ -185,19 +276,54 @@ class Schedule:
         self.last_save_s = time.monotonic() if now is None else now
 
 
+_JSON_MAX = 256 << 20   # state.json holds the metrics of every step so far
+
+
+@dataclass(frozen=True)
+class RunCounters:
+    restarts: int = spec_field(0, ge=0, le=MAX_STEPS)
+    rollbacks: int = spec_field(0, ge=0, le=MAX_STEPS)
+    nonfinite_streak: int = spec_field(0, ge=0, le=MAX_STEPS)
+    faults: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class RunState:
+    """state.json, validated as strictly as a config when a run is resumed."""
+
+    format: str
+    step: int = spec_field(ge=0, le=MAX_STEPS)
+    next_step: int = spec_field(ge=1, le=MAX_STEPS)
+    seed: int = spec_field(help="the run's seed")
+    total_steps: int = spec_field(0, ge=0, le=MAX_STEPS)
+    data_position: dict[str, Any] = spec_field(default_factory=dict)
+    controllers: dict[str, Any] = spec_field(default_factory=dict)
+    run: RunCounters = spec_field(default_factory=RunCounters)
+    trace_end_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS)
+    metrics: tuple[dict[str, Any], ...] = ()
+    extra: dict[str, Any] = spec_field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.format != FORMAT:
+            raise InputError(f"got {self.format!r:.60}; allowed: {FORMAT}", field="format")
+        if self.next_step != self.step + 1:
+            raise InputError(f"got {self.next_step}; allowed: step + 1 ({self.step + 1})",
+                             field="next_step")
+
+
 def write_state(d: Path, state: dict[str, Any]) -> None:
     """state.json: JSON-clean run state (step counter, data position, controllers, metrics)."""
-    d.mkdir(parents=True, exist_ok=True)
-    (d / STATE).write_text(json.dumps({"format": FORMAT, **state}, indent=1, sort_keys=True,
-                                      allow_nan=True))
+    write_text(d / STATE, json.dumps({"format": FORMAT, **state}, indent=1, sort_keys=True,
+                                     allow_nan=True))
 
 
 def read_state(d: Path) -> dict[str, Any]:
-    data = json.loads((d / STATE).read_text())
-    if data.get("format") != FORMAT:
-        raise InputError(f"{d / STATE}: format {data.get('format')!r}; allowed: {FORMAT}",
-                         field="format")
-    return data
+    """state.json of a checkpoint, validated (`RunState`); InputError naming file and field."""
+    path = d / STATE
+    try:
+        return to_dict(from_dict(RunState, read_json(path)))
+    except InputError as e:
+        raise e.within(file=str(path)) from None
 
 
 def _fsync(path: Path) -> None:

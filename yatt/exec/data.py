@@ -10,7 +10,10 @@ position a checkpoint records is derived, and checked on resume (`fingerprint`).
 
 Files are read with maintained libraries: pyarrow (.jsonl, .parquet), the json module
 (.json), `datasets.load_from_disk` (directories). Every problem is an `InputError` naming
-the file, the row and the field.
+the file, the row and the field. Reading is bounded like every input (yatt/core/limits.py):
+a dataset past YATT_DATA_MAX_BYTES (the file, a directory's files, a parquet file's
+decoded table) or past MAX_DATASET_ROWS rows is refused in one line before its rows are
+built, and a file is never read past the cap.
 """
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ import functools
 import hashlib
 import io
 import json
+import os
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +31,8 @@ import numpy as np
 
 from yatt.core.errors import InputError
 from yatt.core.jobspec import ChatTemplate, DataSpec, OnLong
+from yatt.core.limits import DATA_MAX_BYTES, MAX_DATASET_ROWS
+from yatt.core.safeio import read_at_most, read_text_at_most
 from yatt.core.schema import show
 from yatt.core.specs import Workload
 
@@ -36,6 +42,32 @@ SUFFIXES = (".jsonl", ".json", ".parquet")
 
 
 # ---- reading ---------------------------------------------------------------------------
+def _too_large(path: Path, what: str) -> InputError:
+    return InputError(f"{what} is larger than {DATA_MAX_BYTES.value():,} bytes; allowed: a "
+                      f"smaller dataset, or {DATA_MAX_BYTES.raise_hint()}", file=str(path))
+
+
+def _check_rows(n: int, path: Path) -> None:
+    if n > MAX_DATASET_ROWS:
+        raise InputError(f"{n:,} rows; allowed: at most {MAX_DATASET_ROWS:,} rows in one "
+                         "dataset (yatt/core/limits.py)", file=str(path))
+
+
+def _dir_bytes(path: Path, cap: int) -> int:
+    """Bytes of the files under a directory (links to files counted as their targets,
+    links to directories not followed), counting stops past `cap`."""
+    total = 0
+    for top, _, files in os.walk(path, followlinks=False):
+        for n in files:
+            try:
+                total += os.stat(os.path.join(top, n)).st_size
+            except OSError:
+                continue
+            if total > cap:
+                return total
+    return total
+
+
 def _jsonl_rows(path: Path, raw: bytes) -> list[dict]:
     import pyarrow as pa
     import pyarrow.json as pj
@@ -53,6 +85,7 @@ def _jsonl_rows(path: Path, raw: bytes) -> list[dict]:
     except pa.ArrowInvalid as e:
         raise InputError(f"not JSON lines ({_arrow_reason(e)}); allowed: one JSON object per "
                          "line", file=str(path)) from None
+    _check_rows(table.num_rows, path)
     return table.to_pylist()
 
 
@@ -70,21 +103,28 @@ def _json_rows(path: Path, raw: bytes) -> list[dict]:
         raise InputError(f"not UTF-8 text (byte {e.start})", file=str(path)) from None
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON at line {e.lineno} ({e.msg})", file=str(path)) from None
+    except RecursionError:
+        raise InputError("invalid JSON (nested too deeply)", file=str(path)) from None
     if isinstance(data, dict) and isinstance(data.get("data"), list):
         data = data["data"]
     if not isinstance(data, list):
         raise InputError(f"got a JSON {type(data).__name__}; allowed: a list of objects "
                          "(or {\"data\": [...]})", file=str(path))
+    _check_rows(len(data), path)
     return data
 
 
 def read_rows(path: str) -> list[dict]:
-    """The rows of a .jsonl/.json/.parquet file or a `save_to_disk` directory, as dicts."""
+    """The rows of a .jsonl/.json/.parquet file or a `save_to_disk` directory, as dicts
+    (within YATT_DATA_MAX_BYTES and MAX_DATASET_ROWS)."""
     p = Path(path)
+    cap = DATA_MAX_BYTES.value()
     if p.is_dir():
         if not (p / "dataset_info.json").is_file() and not (p / "dataset_dict.json").is_file():
             raise InputError("a directory but not one written by datasets' save_to_disk "
                              "(no dataset_info.json)", file=str(p))
+        if _dir_bytes(p, cap) > cap:
+            raise _too_large(p, "the directory's files")
         import datasets
         try:
             ds = datasets.load_from_disk(str(p))
@@ -94,6 +134,7 @@ def read_rows(path: str) -> list[dict]:
         if isinstance(ds, datasets.DatasetDict):
             raise InputError(f"holds splits {', '.join(ds)}; allowed: one split's directory "
                              f"(e.g. {p / next(iter(ds))})", file=str(p))
+        _check_rows(ds.num_rows, p)
         rows = ds.to_list()
     elif not p.exists():
         raise InputError("no such file", file=str(p))
@@ -102,9 +143,11 @@ def read_rows(path: str) -> list[dict]:
                          f"{', '.join(SUFFIXES)} or a save_to_disk directory", file=str(p))
     else:
         try:
-            raw = p.read_bytes()
+            raw = read_at_most(p, cap)   # never more than the cap: a huge file is refused unread
         except OSError as e:
             raise InputError(f"cannot read: {e.strerror or e}", file=str(p)) from None
+        if len(raw) > cap:
+            raise _too_large(p, "the file")
         if p.suffix == ".jsonl":
             rows = _jsonl_rows(p, raw)
         elif p.suffix == ".json":
@@ -113,10 +156,15 @@ def read_rows(path: str) -> list[dict]:
             import pyarrow as pa
             import pyarrow.parquet as pq
             try:
-                rows = pq.read_table(io.BytesIO(raw)).to_pylist()
+                pf = pq.ParquetFile(io.BytesIO(raw))
+                _check_rows(pf.metadata.num_rows, p)
+                table = pf.read()
             except (pa.ArrowException, OSError) as e:
                 raise InputError(f"not a parquet file ({' '.join(str(e).split())[:200]})",
                                  file=str(p)) from None
+            if table.nbytes > cap:   # compressed and encoded pages decode to more
+                raise _too_large(p, "its decoded table")
+            rows = table.to_pylist()
     if not rows:
         raise InputError("no rows (empty dataset)", file=str(p))
     for i, r in enumerate(rows):
@@ -150,9 +198,9 @@ class PromptEncoder:
         if mode is None:        # a path
             p = Path(data.chat_template)
             try:
-                self.template: Optional[str] = p.read_text(encoding="utf-8")
-            except (OSError, UnicodeDecodeError) as e:
-                raise InputError(f"cannot read the chat template {p} ({type(e).__name__})",
+                self.template: Optional[str] = read_text_at_most(p, field="data.chat_template")
+            except InputError as e:   # missing, unreadable, too large or not UTF-8
+                raise InputError(f"cannot read the chat template {p} ({e.message})",
                                  field="data.chat_template") from None
         elif mode is ChatTemplate.AUTO:
             self.template = getattr(tok, "chat_template", None) or None

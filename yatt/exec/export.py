@@ -7,7 +7,10 @@ to hand weights to vLLM, and written as safetensors next to the actor's own conf
 tokenizer files and generation config. The result is checked before it is kept: the
 exported model's `transformers` logits must equal the Megatron trainer's on a probe
 batch (fp32: |diff| <= 1e-5 x max(1, |logit|); see `LOGIT_TOL`), and the numbers go to
-`yatt_export.json`. The directory appears whole or not at all (written aside, renamed).
+`yatt_export.json`. The directory appears whole or not at all: it is written in a fresh
+private directory beside the target (mode 0700, a unique name: nothing planted there can
+redirect a write) and renamed into place; the target must be absent or empty and not a
+link, and its parent writable, before the checkpoint is loaded (`safeio.check_new_dir`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ from typing import Callable, Optional
 
 from yatt.core.config import load_plan
 from yatt.core.errors import InputError
+from yatt.core.safeio import (check_new_dir, copy_file, new_private_dir, publish_dir,
+                              read_text_at_most, write_text)
 
 from . import checkpoint as ckpt
 
@@ -65,8 +70,7 @@ def export_run(run_dir: Path, out: Path, step: Optional[int] = None, verify: boo
     from .trainer import MegatronTrainer
 
     run_dir, out = Path(run_dir), Path(out)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        raise InputError(f"{out} exists and is not empty; allowed: a new directory", field="-o")
+    check_new_dir(out, field="-o")   # not a link, absent or empty, writable: before any work
     plan_file = run_dir / "plan.yaml"
     if not plan_file.is_file():
         raise InputError(f"{plan_file} not found: not a yatt run directory", field="RUN_DIR")
@@ -77,33 +81,33 @@ def export_run(run_dir: Path, out: Path, step: Optional[int] = None, verify: boo
     actor = Path(resolve_model(exp.actor, seed))
     trainer = MegatronTrainer(exp.actor, str(actor), exp.algo, tp=1, dp=1, rank=0,
                               master_addr="127.0.0.1", master_port=_free_port(), seed=seed)
+    tmp: Optional[Path] = None
     try:
         trainer.load_checkpoint(str(cdir / ckpt.TRAINER), optimizer=False)
         state = trainer.hf_state_dict()
-        tmp = out.with_name(out.name + ".partial")
-        if tmp.exists():
-            shutil.rmtree(tmp)
-        tmp.mkdir(parents=True)
+        tmp = new_private_dir(out.parent, out.name)
+        # safetensors writes by path: into the private directory only
         save_file({k: v.contiguous() for k, v in state.items()}, str(tmp / "model.safetensors"),
                   metadata={"format": "pt"})
         for f in sorted(actor.iterdir()):
             if f.is_file() and not f.name.endswith(_WEIGHTS) and f.name not in _SKIP:
-                shutil.copy2(f, tmp / f.name)
-        cfg = json.loads((tmp / "config.json").read_text())
+                copy_file(f, tmp / f.name)
+        cfg = json.loads(read_text_at_most(tmp / "config.json", field="actor"))
         cfg["dtype"] = "float32"
         cfg.pop("torch_dtype", None)
-        (tmp / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+        write_text(tmp / "config.json", json.dumps(cfg, indent=2, sort_keys=True) + "\n")
         report = {"run_dir": str(run_dir.resolve()), "checkpoint": cdir.name, "step": at,
                   "actor": str(actor), "tensors": len(state),
                   "parameters": int(sum(v.numel() for v in state.values()))}
         if verify:
             report.update(_verify(trainer, tmp, exp.actor.vocab, torch))
-        (tmp / REPORT).write_text(json.dumps(report, indent=1) + "\n")
+        write_text(tmp / REPORT, json.dumps(report, indent=1) + "\n")
+        publish_dir(tmp, out)
+        tmp = None
     finally:
         trainer.shutdown()
-    if out.exists():
-        out.rmdir()
-    tmp.replace(out)
+        if tmp is not None:   # a failed export leaves nothing behind
+            shutil.rmtree(tmp, ignore_errors=True)
     return report
 
 

@@ -72,6 +72,11 @@ def parse(text: str) -> tuple[Fault, ...]:
     return tuple(out)
 
 
+def check_env() -> tuple[Fault, ...]:
+    """The faults `YATT_FAULTS` asks for, parsed now (InputError naming the item)."""
+    return parse(os.environ.get(ENV, ""))
+
+
 def env_passthrough() -> dict[str, str]:
     """The fault settings of this process, to hand to worker actors (empty when unset)."""
     return {k: os.environ[k] for k in (ENV, DIR_ENV) if os.environ.get(k)}

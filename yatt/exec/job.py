@@ -18,6 +18,7 @@ from yatt.core.errors import InputError
 from yatt.core.jobspec import BuiltinReward, ChatTemplate, Dtype
 from yatt.core.plan import Experiment
 from yatt.core.roles import DistKind
+from yatt.core.safeio import check_out_dir, read_text_at_most
 from yatt.core.specs import LengthDist
 
 from .data import (ArithSource, PromptEncoder, PromptSource, PromptTable, TableSource,
@@ -33,13 +34,17 @@ _LLAMA3_ROPE = {"low_freq_factor": 1.0, "high_freq_factor": 4.0,
 
 def read_hf_config(path: str | Path, field_name: str) -> dict:
     p = Path(path) / "config.json"
-    try:
-        return json.loads(p.read_text())
-    except FileNotFoundError:
+    if not p.is_file():
         raise InputError("not a Hugging Face model directory (no config.json)",
-                         file=str(path), field=field_name) from None
-    except (ValueError, UnicodeDecodeError) as e:
+                         file=str(path), field=field_name)
+    try:
+        cfg = json.loads(read_text_at_most(p, field=field_name))   # bounded: YATT_CONFIG_MAX_BYTES
+    except (ValueError, RecursionError) as e:
         raise InputError(f"invalid JSON ({type(e).__name__})", file=str(p), field=field_name) from None
+    if not isinstance(cfg, dict):
+        raise InputError(f"got a JSON {type(cfg).__name__}; allowed: an object", file=str(p),
+                         field=field_name)
+    return cfg
 
 
 def check_architecture(path: str | Path, field_name: str) -> dict:
@@ -72,9 +77,10 @@ def stop_ids(path: str | Path, tok: Any, field_name: str) -> tuple[int, ...]:
     eos: Any = None
     if p.is_file():
         try:
-            eos = json.loads(p.read_text()).get("eos_token_id")
-        except ValueError:
+            gen = json.loads(read_text_at_most(p, field=field_name))
+        except (ValueError, RecursionError):
             raise InputError("invalid JSON", file=str(p), field=field_name) from None
+        eos = gen.get("eos_token_id") if isinstance(gen, dict) else None
     if eos is None:
         eos = tok.eos_token_id
     ids = tuple(int(x) for x in (eos if isinstance(eos, list) else [eos]) if x is not None)
@@ -183,6 +189,9 @@ def prepare_job(exp: Experiment, seed: int, steps: int, cpu: bool = True,
         if getattr(exp.log, key) and importlib.util.find_spec(package) is None:
             raise InputError(f"needs the {package} package, which is not installed; allowed: "
                              f"pip install {package}, or drop log.{key}", field=f"log.{key}")
+    for key in ("tensorboard", "mlflow"):   # directories: writable, before any worker starts
+        if getattr(exp.log, key):
+            check_out_dir(getattr(exp.log, key), field=f"log.{key}", create=False)
     dtype = exp.dtype
     if dtype is Dtype.BFLOAT16 and cpu:
         dtype = Dtype.FLOAT32
@@ -226,5 +235,8 @@ def _judge_numbers(exp: Experiment, seed: int, actor: str, actor_tok: Any, promp
 
 
 def _same_tokenizer(a: str, b: str) -> bool:
+    import filecmp
+
     fa, fb = Path(a) / "tokenizer.json", Path(b) / "tokenizer.json"
-    return fa.is_file() and fb.is_file() and fa.read_bytes() == fb.read_bytes()
+    # compared block by block (sizes first): never both files in memory at once
+    return fa.is_file() and fb.is_file() and filecmp.cmp(fa, fb, shallow=False)

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 from yatt.core.plan import Plan
 from yatt.core.roles import Phase, Role, TraceSource
+from yatt.core.safeio import atomic_write
 from yatt.core.trace import SampleRecord, SpanRecord, Trace, TraceMeta
 from yatt.core.version import yatt_version
 
@@ -99,13 +100,11 @@ class Recorder:
         dump_yaml(self.plan, out_dir / "plan.yaml")
         named = sorted({k for row in self.metrics for k in row if k.startswith("reward/")})
         cols = list(METRIC_COLUMNS) + [c for c in PHASE_COLUMNS] + named
-        tmp = out_dir / "metrics.csv.tmp"
-        with open(tmp, "w", newline="") as f:
+        with atomic_write(out_dir / "metrics.csv", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")
             w.writeheader()
             for row in self.metrics:
                 w.writerow({c: row.get(c, "") for c in cols})
-        tmp.replace(out_dir / "metrics.csv")
         write_learning_png(self.metrics, out_dir / "learning.png")
         return tr
 
@@ -132,7 +131,8 @@ def write_learning_png(rows: list[dict[str, Any]], path: Path) -> bool:
     ax.legend(lines, [ln.get_label() for ln in lines], loc="lower right", fontsize=8)
     ax.set_title("learning curve")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    with atomic_write(path, "wb") as f:
+        fig.savefig(f, format="png", dpi=90)
     plt.close(fig)
     return True
 

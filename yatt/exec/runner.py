@@ -16,11 +16,14 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Optional
 
-from yatt.core.errors import InputError
+from yatt.core.errors import InputError, clean
 from yatt.core.plan import Plan
 from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import Mode, Role
+from yatt.core.limits import MAX_CONTROLLERS, MAX_STEPS
 from yatt.core.runnable import check_runnable
+from yatt.core.schema import from_dict, spec_field, to_dict
+from yatt.core.safeio import write_text
 from yatt.core.trace import Trace
 
 from . import checkpoint as ckpt
@@ -129,12 +132,17 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
 
     from .placement import Placement
 
-    log = log or (lambda m: print(m, file=sys.stderr))
+    # every line the run prints may hold user text (paths, a verdict, a reward error): one
+    # line of plain text, control bytes escaped, bounded (yatt.core.errors.clean)
+    log = log or (lambda m: print(clean(m, 2000), file=sys.stderr))
     check_runnable(plan, steps)
+    faults.check_env()   # a bad YATT_FAULTS is refused here, not inside an actor
     out_dir = Path(out_dir)
     state, ck_dir = None, None
     if resume:
-        _, ck_dir = ckpt.latest_valid(out_dir, log)
+        from . import safe_load
+        # the newest checkpoint whose files verify and load as tensors and plain data only
+        _, ck_dir = ckpt.latest_valid(out_dir, log, check=safe_load.scan)
         state = ckpt.read_state(ck_dir)
         seed = int(state["seed"])
         if state["next_step"] >= steps:
@@ -254,18 +262,30 @@ def _write_run_files(plan: Plan, out_dir: Path, steps: int, seed: int, controlle
 
     out_dir.mkdir(parents=True, exist_ok=True)
     dump_yaml(plan, out_dir / "plan.yaml")
-    (out_dir / RUN_FILE).write_text(json.dumps(
+    write_text(out_dir / RUN_FILE, json.dumps(
         {"steps": steps, "seed": seed, "controllers": controllers}, indent=1))
 
 
+@dataclasses.dataclass(frozen=True)
+class RunFile:
+    """run.json: how a run was started, validated as strictly as a config on --resume."""
+
+    steps: int = spec_field(ge=1, le=MAX_STEPS, help="RL steps the run was started for")
+    seed: int = spec_field(help="the run's seed")
+    controllers: int = spec_field(1, ge=1, le=MAX_CONTROLLERS, help="step controllers")
+
+
 def read_run_file(run_dir: Path) -> dict:
-    """run.json of a run directory (InputError naming the file when it is missing)."""
-    p = Path(run_dir) / RUN_FILE
+    """run.json of a run directory; InputError naming the file and field when it is
+    missing, not JSON, or not a valid `RunFile`."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise InputError("not a yatt run directory (not a directory); allowed: the --out of "
+                         "an earlier `yatt run`", field="--resume", file=str(run_dir))
+    p = run_dir / RUN_FILE
+    if not p.exists():
+        raise InputError("not found: not a yatt run directory", field="--resume", file=str(p))
     try:
-        data = json.loads(p.read_text())
-        return {"steps": int(data["steps"]), "seed": int(data["seed"]),
-                "controllers": int(data["controllers"])}
-    except FileNotFoundError:
-        raise InputError(f"{p} not found: not a yatt run directory", field="--resume") from None
-    except (ValueError, KeyError, TypeError):
-        raise InputError(f"{p}: unreadable run file", field="--resume") from None
+        return to_dict(from_dict(RunFile, ckpt.read_json(p)))
+    except InputError as e:
+        raise e.within(file=str(p)) from None

@@ -161,11 +161,7 @@ class Supervisor:
         later the manifest + rename) runs on one background thread, in order."""
         import copy
 
-        part = ckpt.partial_dir(self.out, step)
-        if part.exists():
-            import shutil
-            shutil.rmtree(part)
-        part.mkdir(parents=True)
+        part = ckpt.fresh_dir(self.out, step)   # made by us: no link planted in its place
         done = step + 1
         state = {
             "step": step, "next_step": done, "total_steps": self.total_steps,

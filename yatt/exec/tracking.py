@@ -6,7 +6,10 @@ goes out per step under its own name (`reward_mean`, `eval_accuracy`, `reward/<e
 TensorFlow nor the `tensorboard` package); `log.wandb: PROJECT` to Weights & Biases in
 offline mode (files under the run directory, `wandb sync` uploads them);
 `log.mlflow: DIR` to an MLflow file store. The last two only when their packages are
-installed (job.py refuses the run otherwise).
+installed (job.py refuses the run otherwise). Their directories are proven writable
+before any worker starts (job.py) and are created here as real directories
+(`safeio.check_out_dir`); the event files themselves are the tracker library's own
+appending writers.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from yatt.core.jobspec import LogSpec
+from yatt.core.safeio import check_out_dir
 
 
 class Tracker:
@@ -26,6 +30,7 @@ class Tracker:
         self.mlflow: Optional[Any] = None
         if spec.tensorboard:
             from tensorboardX import SummaryWriter
+            check_out_dir(spec.tensorboard, field="log.tensorboard")
             self.tb = SummaryWriter(logdir=spec.tensorboard, comment=run_name)
         if spec.wandb:
             import wandb
@@ -33,6 +38,7 @@ class Tracker:
                                     dir=run_dir)
         if spec.mlflow:
             import mlflow
+            check_out_dir(spec.mlflow, field="log.mlflow")
             mlflow.set_tracking_uri(Path(spec.mlflow).resolve().as_uri())
             mlflow.set_experiment(run_name or "yatt")
             mlflow.start_run()

@@ -5,6 +5,10 @@ rank (weights, optimizer, RNG streams, step counters), and the three uses must a
 what that is. This mixin holds it apart from the training math in `trainer.py`;
 `MegatronTrainer` provides `model`, `optimizer`, `ddp`, `device`, `rank`, `world`, `steps`,
 `nonfinite_steps` and the `_ckpt_*` fields it uses.
+
+Checkpoints hold tensors and plain data only (the RNG states are stored as tensors and
+tuples), so every file loads with `weights_only=True` and no pickled code ever runs on
+resume (`safe_load`).
 """
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from . import megatron_shim
+from . import megatron_shim, safe_load
 
 
 class TrainerState:
@@ -25,8 +29,11 @@ class TrainerState:
 
         import numpy as np
         from megatron.core import tensor_parallel
+        name, keys, pos, has_gauss, gauss = np.random.get_state()
+        # numpy's state as a tensor and plain numbers: loadable with weights_only=True
         st = {"torch": torch.get_rng_state(), "python": random.getstate(),
-              "numpy": np.random.get_state()}
+              "numpy": (str(name), torch.from_numpy(keys.astype(np.int64)), int(pos),
+                        int(has_gauss), float(gauss))}
         try:
             st["tracker"] = tensor_parallel.get_cuda_rng_tracker().get_states()
         except Exception:  # no tracker states on this build: nothing else draws from it
@@ -41,8 +48,10 @@ class TrainerState:
         import numpy as np
         from megatron.core import tensor_parallel
         torch.set_rng_state(st["torch"])
-        random.setstate(st["python"])
-        np.random.set_state(st["numpy"])
+        random.setstate(_tuples(st["python"]))
+        name, keys, pos, has_gauss, gauss = st["numpy"]
+        np.random.set_state((name, np.asarray(keys, dtype=np.int64).astype(np.uint32), pos,
+                             has_gauss, gauss))
         if "tracker" in st:
             tensor_parallel.get_cuda_rng_tracker().set_states(st["tracker"])
         if "cuda" in st and torch.cuda.is_available():
@@ -144,6 +153,7 @@ class TrainerState:
         """Load a `save_checkpoint` directory (any TP size) into this rank. `optimizer`:
         also restore optimizer state, RNG and counters (default: if the checkpoint has them)."""
         from megatron.core import dist_checkpointing
+        safe_load.install()   # torch's and megatron's loaders: tensors and plain data only
         counters = _saved_counters(ckpt_dir)
         if optimizer is None:
             optimizer = counters is not None
@@ -166,10 +176,16 @@ class TrainerState:
 
 def _saved_counters(ckpt_dir: str) -> Optional[dict]:
     """The step counters saved with optimizer state (None for a weights-only checkpoint)."""
-    common = os.path.join(ckpt_dir, "common.pt")
+    common = os.path.join(ckpt_dir, safe_load.COMMON)
     if not os.path.exists(common):
         return None
-    return torch.load(common, weights_only=False).get("counters")
+    data = safe_load.torch_load(common)
+    return data.get("counters") if isinstance(data, dict) else None
+
+
+def _tuples(x):
+    """`random.setstate` wants tuples; a checkpoint may hand back lists."""
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
 def _writer_exited(queue) -> bool:

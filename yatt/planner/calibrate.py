@@ -31,6 +31,7 @@ from scipy.optimize import least_squares
 
 from yatt.core.costmodel import CostModel, DelegatingCostModel
 from yatt.core.errors import InputError
+from yatt.core.limits import check_work, sim_requests
 from yatt.core.release import ReleaseAction
 from yatt.core.roles import Phase, Role
 from yatt.core.trace import Trace
@@ -201,6 +202,12 @@ def calibrate(traces: Sequence[Trace], *, start: Optional[Efficiency] = None, ho
             f"coefficients ({', '.join(c.value for c in coefs)}) (have {m_in}, from "
             f"{sum(len(d.steps_in) for d in data)} in-sample steps): add steps or traces",
             field="TRACE")
+    # each residual re-simulates every trace; a numerical Jacobian costs one per coefficient
+    per_eval = sum(sim_requests(len(t.samples) / max(1, n), t.meta.plan.cluster.num_gpus, n)
+                   for t in traces for n in [len({s.step for s in t.samples})])
+    check_work((2 + max_iterations * (1 + len(coefs))) * per_eval, "TRACE",
+               f"{max_iterations} fit iterations over {len(coefs)} coefficients",
+               allowed="fewer or shorter traces")
     x0 = np.array([_encode(c, getattr(start, c.value)) for c in coefs])
     lo = np.array([_encode(c, 1.0) if KIND[c] is Kind.FRACTION else 0.0 for c in coefs]) / x0
     hi = np.array([_encode(c, FRACTION_MIN) if KIND[c] is Kind.FRACTION else SECONDS_MAX[c]

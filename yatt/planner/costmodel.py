@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import Sequence
 
 from yatt.core.costmodel import CostModel
+from yatt.core.limits import MAX_SECONDS, MIN_RATE
 from yatt.core.plan import Experiment, Parallel
 from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import ReleasePolicy, Role
@@ -38,58 +39,58 @@ class Efficiency:
     # Megatron-Core reports ~40-47% MFU (of the 989 TF datasheet peak) for dense GPT training
     # on H100 at scale; RL actor training on short, ragged sequences sits at the low end:
     # 0.40 of peak = 0.50 of the measured 791 TF GEMM ceiling.
-    train_mfu: float = spec_field(0.50, gt=0, le=1,
+    train_mfu: float = spec_field(0.50, ge=MIN_RATE, le=1,
                                   help="training FLOP rate, fraction of the GEMM ceiling")
     # Prefill: a forward over many tokens. HF-transformers prefill of a Qwen2.5-7B shape at
     # 128-256 x 512 tokens ran at 0.70 of the ceiling on an H200 (within 3%).
-    prefill_mfu: float = spec_field(0.70, gt=0, le=1,
+    prefill_mfu: float = spec_field(0.70, ge=MIN_RATE, le=1,
                                     help="prefill FLOP rate, fraction of the GEMM ceiling")
     # Decode at large batch turns compute-bound: 0.52 of the ceiling in the H200 fit of one
     # CUDA-graph decode step (Qwen2.5-1.5B/7B shapes, batch 1-256, context 512/2048).
-    decode_mfu: float = spec_field(0.52, gt=0, le=1,
+    decode_mfu: float = spec_field(0.52, ge=MIN_RATE, le=1,
                                    help="decode FLOP rate at large batch, fraction of the GEMM ceiling")
     # Decode streams weights + KV at 0.90 of the measured read bandwidth (same fit).
-    decode_bw_eff: float = spec_field(0.90, gt=0, le=1,
+    decode_bw_eff: float = spec_field(0.90, ge=MIN_RATE, le=1,
                                       help="decode weight+KV streaming, fraction of the memory read ceiling")
     # NCCL ring all-reduce bus bandwidth ~75-80% of link peak (nccl-tests on DGX); the
     # catalog's links are datasheet numbers (the measured device had no NVLink peers).
-    comm_eff: float = spec_field(0.75, gt=0, le=1,
+    comm_eff: float = spec_field(0.75, ge=MIN_RATE, le=1,
                                  help="collective bus bandwidth, fraction of the link bandwidth")
     # The host-link ceiling is one 1 GiB pinned copy (the best case); offloading many tensors
     # of mixed sizes is assumed to reach 90% of it (not measured: calibrate it on a trace).
-    host_link_eff: float = spec_field(0.90, gt=0, le=1,
+    host_link_eff: float = spec_field(0.90, ge=MIN_RATE, le=1,
                                       help="offload/reload copies, fraction of the host-link ceiling")
     # Per decode step: scheduler, sampling, detokenisation (vLLM with CUDA graphs ~1-3 ms).
-    decode_step_overhead_s: float = spec_field(0.002, ge=0,
+    decode_step_overhead_s: float = spec_field(0.002, ge=0, le=MAX_SECONDS,
                                                help="fixed seconds per decode step (scheduler, sampling)")
     # Per layer and decode step, on top of the bytes and FLOPs: the ~7 kernels of a layer
     # each pay launch/tail latency even replayed from a CUDA graph (H200 fit: 36 us). It
     # dominates small shapes: the 1.5B shape streams 5x fewer bytes per layer than the 7B
     # shape in about the same fixed time.
-    decode_layer_s: float = spec_field(36e-6, ge=0,
+    decode_layer_s: float = spec_field(36e-6, ge=0, le=MAX_SECONDS,
                                        help="fixed seconds per layer and decode step (kernel latency)")
     # Per collective launch latency (NCCL small-message ~10-20 us).
-    comm_latency_s: float = spec_field(15e-6, ge=0,
+    comm_latency_s: float = spec_field(15e-6, ge=0, le=MAX_SECONDS,
                                        help="seconds per collective launch")
     # Per training micro-batch launch/data overhead.
-    micro_batch_overhead_s: float = spec_field(0.01, ge=0,
+    micro_batch_overhead_s: float = spec_field(0.01, ge=0, le=MAX_SECONDS,
                                                help="seconds per training micro-batch")
     # Fixed cost of any phase switch (sleep/wake calls, allocator, barriers).
-    switch_overhead_s: float = spec_field(0.5, ge=0,
+    switch_overhead_s: float = spec_field(0.5, ge=0, le=MAX_SECONDS,
                                           help="fixed seconds per phase switch (sleep/wake, allocator, barriers)")
     # Creating an inference engine from scratch (TEARDOWN release): process/graph setup.
-    engine_start_s: float = spec_field(30.0, ge=0,
+    engine_start_s: float = spec_field(30.0, ge=0, le=MAX_SECONDS,
                                        help="seconds to create an inference engine (teardown release)")
     # Per-engine fixed cost of a weight update (reload_weights + prefix-cache reset).
-    sync_overhead_s: float = spec_field(0.2, ge=0,
+    sync_overhead_s: float = spec_field(0.2, ge=0, le=MAX_SECONDS,
                                         help="fixed seconds per engine weight update")
     # Checkpoint write bandwidth per node to shared storage.
-    ckpt_gbps_per_node: float = spec_field(2.0, gt=0,
+    ckpt_gbps_per_node: float = spec_field(2.0, ge=MIN_RATE,
                                            help="checkpoint write bandwidth per node, GB/s")
     # One controller process (de)serialising sample payloads.
-    controller_gbps: float = spec_field(1.0, gt=0,
+    controller_gbps: float = spec_field(1.0, ge=MIN_RATE,
                                         help="one controller's (de)serialisation bandwidth, GB/s")
-    controller_per_sample_s: float = spec_field(2e-5, ge=0,
+    controller_per_sample_s: float = spec_field(2e-5, ge=0, le=MAX_SECONDS,
                                                 help="controller seconds per sample")
 
     def with_(self, **kw: float) -> "Efficiency":

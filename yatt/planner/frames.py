@@ -17,6 +17,7 @@ from typing import Optional
 
 import pandas as pd
 
+from yatt.core.safeio import atomic_write
 from yatt.core.schema import to_dict
 from yatt.core.trace import SampleRecord, SpanRecord, Trace
 
@@ -61,6 +62,7 @@ def write_parquet(trace: Trace, out_dir: str | Path) -> Optional[list[Path]]:
     paths = []
     for kind in ("sample", "span"):
         p = out / f"{kind}s.parquet"
-        frames[kind].to_parquet(p, index=False)
+        with atomic_write(p, "wb") as f:   # never through a link, never half a file
+            frames[kind].to_parquet(f, index=False)
         paths.append(p)
     return paths

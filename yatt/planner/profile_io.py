@@ -42,6 +42,7 @@ from typing import Optional
 
 from yatt.core.config import dump_yaml, read_yaml
 from yatt.core.errors import InputError
+from yatt.core.limits import MAX_SECONDS, MAX_TOKENS, MIN_RATE
 from yatt.core.schema import from_dict, spec_field
 
 from .costmodel import Efficiency
@@ -51,19 +52,35 @@ DEVICES = ("cpu", "cuda")
 Point = tuple[float, float, float]
 
 
+def _check_fit_table(rows: tuple[tuple[float, ...], ...], field: str) -> None:
+    """A table of whole-phase times the profiled model fits a curve to: empty (the analytic
+    model is used), or at least two distinct sizes with some time measured. One size cannot
+    fix a slope, and all-zero times would make the phase free: both are refused, not guessed."""
+    if not rows:
+        return
+    sizes = len({tuple(r[:-1]) for r in rows})
+    if sizes < 2:
+        raise InputError(f"{len(rows)} point(s) at {sizes} distinct size(s); allowed: at least 2 "
+                         "distinct sizes (a fit needs them), or no table (the analytic model "
+                         "prices it)", field=field)
+    if not any(r[-1] > 0 for r in rows):
+        raise InputError("every time is 0; allowed: measured times (a phase is never free), or "
+                         "no table (the analytic model prices it)", field=field)
+
+
 def _check_points(points: tuple[Point, ...], field: str) -> None:
     for i, p in enumerate(points):
-        if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0:
-            raise InputError(f"got {list(p)}; allowed: [x > 0, y > 0, seconds >= 0]",
-                             field=f"{field}[{i}]")
+        if not all(x >= 0 for x in p) or p[0] <= 0 or p[1] <= 0 or p[2] > MAX_SECONDS:
+            raise InputError(f"got {list(p)}; allowed: [x > 0, y > 0, 0 <= seconds <= "
+                             f"{MAX_SECONDS:g}]", field=f"{field}[{i}]")
 
 
 @dataclass(frozen=True)
 class EngineTable:
     """One model's inference engine on one device (TP=1)."""
 
-    start_s: float = spec_field(ge=0, help="create the engine (imports warm): re-create cost")
-    stop_s: float = spec_field(ge=0, help="tear the engine down")
+    start_s: float = spec_field(ge=0, le=MAX_SECONDS, help="create the engine (imports warm): re-create cost")
+    stop_s: float = spec_field(ge=0, le=MAX_SECONDS, help="tear the engine down")
     decode: tuple[Point, ...] = spec_field(default=(), help="(batch, mean context, s per step)")
     prefill: tuple[Point, ...] = spec_field(default=(), help="(requests, tokens each, s for the step)")
     join: tuple[tuple[float, float, float, float], ...] = spec_field(
@@ -93,6 +110,9 @@ class EngineTable:
             if len(p) != 4 or p[0] < 1 or p[1] < 1 or p[2] < 1 or p[3] < 0:
                 raise InputError(f"got {list(p)}; allowed: [running >= 1, new >= 1, tokens >= 1, "
                                  f"seconds >= 0]", field=f"join[{i}]")
+        # join and call hold extras over a plain step, where 0 is a measurement
+        _check_fit_table(self.decode, "decode")
+        _check_fit_table(self.prefill, "prefill")
 
 
 @dataclass(frozen=True)
@@ -102,12 +122,12 @@ class ModelTables:
     train: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s per train_step)")
     logprob: tuple[Point, ...] = spec_field(default=(), help="(batch, seq, s) reference log-probs")
     engine: Optional[EngineTable] = None
-    weight_sync_s: float = spec_field(0.0, ge=0, help="trainer state dict + engine weight update")
-    micro_batch_tokens: int = spec_field(512, ge=1, help="trainer micro-batch budget when measured")
+    weight_sync_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS, help="trainer state dict + engine weight update")
+    micro_batch_tokens: int = spec_field(512, ge=1, le=MAX_TOKENS, help="trainer micro-batch budget when measured")
     stop_len: tuple[int, ...] = spec_field(
         default=(), help="response lengths the model produced with EOS allowed (the task's "
                          "prompts, temperature 1); a length equal to stop_cap was cut by the cap")
-    stop_cap: int = spec_field(0, ge=0, help="the token budget those responses had")
+    stop_cap: int = spec_field(0, ge=0, le=MAX_TOKENS, help="the token budget those responses had")
     train_tp: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(tp, batch, seq, s): a TP group's train_step on one host, its ranks "
                          "running at once (TP=1 is `train`)")
@@ -136,6 +156,8 @@ class ModelTables:
             if not 0 <= n <= self.stop_cap or self.stop_cap == 0:
                 raise InputError(f"got {n}; allowed: 0 <= length <= stop_cap ({self.stop_cap}), "
                                  f"stop_cap > 0", field=f"stop_len[{i}]")
+        _check_fit_table(self.train, "train")
+        _check_fit_table(self.logprob, "logprob")
 
 
 @dataclass(frozen=True)
@@ -149,11 +171,11 @@ class Contention:
     ~1 (each device has its own compute and memory), so GPU profiles carry no entries."""
 
     busy: int = spec_field(ge=2, help="devices busy at once")
-    reload: float = spec_field(1.0, gt=0, help="engine re-create")
-    offload: float = spec_field(1.0, gt=0, help="engine teardown")
-    decode: float = spec_field(1.0, gt=0, help="engine steps (decode and prefill)")
-    logprob: float = spec_field(1.0, gt=0, help="reference log-prob pass")
-    train: float = spec_field(1.0, gt=0, help="train step")
+    reload: float = spec_field(1.0, ge=MIN_RATE, help="engine re-create")
+    offload: float = spec_field(1.0, ge=MIN_RATE, help="engine teardown")
+    decode: float = spec_field(1.0, ge=MIN_RATE, help="engine steps (decode and prefill)")
+    logprob: float = spec_field(1.0, ge=MIN_RATE, help="reference log-prob pass")
+    train: float = spec_field(1.0, ge=MIN_RATE, help="train step")
 
 
 @dataclass(frozen=True)
@@ -161,7 +183,7 @@ class ProfileTables:
     """Micro-benchmark tables from `yatt profile`."""
 
     device: str = "cpu"
-    rpc_s: float = spec_field(0.0, ge=0, help="one Ray actor round trip")
+    rpc_s: float = spec_field(0.0, ge=0, le=MAX_SECONDS, help="one Ray actor round trip")
     load_avg: float = spec_field(0.0, ge=0, help="machine 1-min load average while measuring")
     models: dict[str, ModelTables] = spec_field(default_factory=dict)
     contention: tuple[Contention, ...] = spec_field(
@@ -170,15 +192,19 @@ class ProfileTables:
     transfer: tuple[tuple[float, float], ...] = spec_field(
         default=(), help="(bytes, s): a state dict through the Ray object store, beyond the round trip")
     handoff_s: float = spec_field(
-        0.0, ge=0, help="what one streamed batch (a queue put) costs the rollout engine that "
+        0.0, ge=0, le=MAX_SECONDS, help="what one streamed batch (a queue put) costs the rollout engine that "
                         "hands it to the GenRM (0 = not measured)")
     host_probe_s: float = spec_field(
-        0.0, ge=0, help="median of `microbench.host_probe_once` while profiling (the host's "
+        0.0, ge=0, le=MAX_SECONDS, help="median of `microbench.host_probe_once` while profiling (the host's "
                         "speed then; 0 = not measured)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")
+        if not (self.models or self.transfer or self.contention or self.rpc_s or self.handoff_s):
+            raise InputError("holds no measurement; allowed: the tables `yatt profile` writes, "
+                             "or no `tables` key (the analytic model with these efficiencies)",
+                             field="models")
         for i, (b, t) in enumerate(self.transfer):
             if b <= 0 or t < 0:
                 raise InputError(f"got {[b, t]}; allowed: [bytes > 0, seconds >= 0]",

@@ -12,6 +12,7 @@ from typing import Any, Optional, Sequence
 
 from yatt.core.plan import Plan
 from yatt.core.roles import Role
+from yatt.core.safeio import atomic_write
 
 from .costs import Pricing, cost_view
 from .explain import peak_memory
@@ -83,7 +84,7 @@ def ranking_rows(ranked: Sequence[Candidate], given: Optional[Candidate] = None,
 
 
 def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
-    with open(path, "w", newline="") as f:
+    with atomic_write(path, newline="") as f:   # never through a link, never half a file
         w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["rank"])
         w.writeheader()
         for r in rows:

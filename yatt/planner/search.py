@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+from yatt.core import limits
 from yatt.core.errors import InputError
 from yatt.core.plan import Experiment, Plan
 from yatt.core.specs import Workload
@@ -70,7 +71,7 @@ class Candidate:
     plan: Plan
     runs: tuple[SeedRun, ...]       # one per seed, seed 0 first
     stats: StepStats                # of the seed-0 simulation (the drawn timeline)
-    trace: Trace                    # the seed-0 simulation
+    trace: Optional[Trace]          # the seed-0 simulation (kept for shortlisted candidates)
 
     @property
     def step_times(self) -> tuple[float, ...]:
@@ -161,6 +162,7 @@ class _Evaluator:
     recorded: Optional[Sequence[SampleRecord]] = None
     cache: dict[Key, Candidate] = field(default_factory=dict)
     sims: int = 0
+    keep: int = 0   # keep the traces of the best `keep` (and each mode's best) only; 0: all
 
     @property
     def steps(self) -> int:
@@ -185,9 +187,19 @@ class _Evaluator:
             self.sims += 1
             stats = summarize(trace)
             self.cache[key] = Candidate(key, plan, (SeedRun.of(trace, stats),), stats, trace)
+            if self.keep:
+                self._drop_traces()
             if self.progress:
                 self.progress(self.sims, plan.describe())
         return self.cache[key].step_times[0]
+
+    def _drop_traces(self) -> None:
+        """Memory stays bounded by the shortlist: a candidate that cannot be shortlisted
+        any more never needs its trace (only shortlisted ones are shown and plotted)."""
+        short = {c.key for c in _shortlist(list(self.cache.values()), self.keep)}
+        for k, c in self.cache.items():
+            if c.trace is not None and k not in short:
+                self.cache[k] = replace(c, trace=None)
 
 
 
@@ -204,8 +216,9 @@ class _Found:
 
 
 def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: bool,
-                   progress: Optional[Progress], recorded: Optional[Sequence[SampleRecord]]) -> _Found:
-    ev = _Evaluator(exp, cost, progress, recorded)
+                   progress: Optional[Progress], recorded: Optional[Sequence[SampleRecord]],
+                   keep: int = 0) -> _Found:
+    ev = _Evaluator(exp, cost, progress, recorded, keep=keep)
     has_genrm = exp.genrm is not None and bool(space.genrm_tps)
     gtps = space.genrm_tps if has_genrm else (1,)
     layouts = list(space.trainer_layouts)
@@ -278,6 +291,24 @@ def slice_experiment(exp: Experiment, factor: int) -> Experiment:
                    workload=replace(w, prompts_per_step=max(1, -(-w.prompts_per_step // factor))))
 
 
+def placeable_space(exp: Experiment) -> Space:
+    """The placement space; InputError, naming the field to change, when it is empty."""
+    space = placement_space(exp)
+    if space.problems:
+        raise InputError("cannot place this experiment: " + "; ".join(space.problems),
+                         field=space.problem_field)
+    return space
+
+
+def slice_factor(exp: Experiment, exhaustive: bool = False, replaying: bool = False) -> int:
+    """1, or the slice `search` plans a large cluster on (1/factor of its nodes)."""
+    nodes = exp.cluster.nodes
+    if exhaustive or replaying or exp.cluster.num_gpus <= 2 * SLICE_GPUS:
+        return 1
+    return max(k for k in range(1, nodes + 1)
+               if nodes % k == 0 and exp.cluster.num_gpus // k >= SLICE_GPUS)
+
+
 def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[int] = None,
            exhaustive: bool = False, progress: Optional[Progress] = None,
            recorded: Optional[Sequence[SampleRecord]] = None) -> SearchResult:
@@ -292,17 +323,11 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
     workload; every recorded step is simulated and the mean step time ranks.
     """
     t0 = time.perf_counter()
-    space = placement_space(exp)
-    if space.problems:
-        raise InputError("cannot place this experiment: " + "; ".join(space.problems))
+    space = placeable_space(exp)
     n_seeds = seeds or exp.search.seeds
-    nodes = exp.cluster.nodes
-    factor = 1
-    if not exhaustive and recorded is None and exp.cluster.num_gpus > 2 * SLICE_GPUS:
-        factor = max(k for k in range(1, nodes + 1)
-                     if nodes % k == 0 and exp.cluster.num_gpus // k >= SLICE_GPUS)
+    factor = slice_factor(exp, exhaustive, recorded is not None)
     if factor == 1:
-        found = _search_direct(exp, cost, space, exhaustive, progress, recorded)
+        found = _search_direct(exp, cost, space, exhaustive, progress, recorded, keep=top)
         ev = found.evaluator
         short = _shortlist(list(ev.cache.values()), top)
         final = _reseed_many(exp, cost, short, n_seeds, progress, ev.sims, recorded)
@@ -310,7 +335,8 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         slice_note = ""
     else:
         small = slice_experiment(exp, factor)
-        found = _search_direct(small, cost, placement_space(small), False, progress, None)
+        found = _search_direct(small, cost, placement_space(small), False, progress, None,
+                               keep=min(top, 2))
         short = _shortlist(list(found.evaluator.cache.values()), min(top, 2))
         keys = [(c.key[0], c.key[1] * factor, *c.key[2:]) for c in short]
         final = _simulate_many(exp, cost, keys, n_seeds, progress, found.evaluator.sims)
@@ -330,10 +356,15 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
 
 
+def _steps(job: Job) -> int:
+    recorded = job[4]
+    return len({s.step for s in recorded}) if recorded else 1
+
+
 def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     plan, workload, cost, seed, recorded = job
-    steps = len({s.step for s in recorded}) if recorded else 1
-    trace = simulate(plan, workload, cost, seed=seed, steps=steps, recorded=recorded)
+    with limits.unmetered():   # charged by `_run_jobs` in the parent process
+        trace = simulate(plan, workload, cost, seed=seed, steps=_steps(job), recorded=recorded)
     return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
@@ -347,6 +378,10 @@ def _run_jobs(jobs: list[Job], progress: Optional[Progress],
               done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
     """Run independent simulations side by side on the machine's cores (fork-based pool;
     serial where there is one core or one job)."""
+    for plan, workload, _, _, recorded in jobs:
+        steps = _steps((plan, workload, None, 0, recorded))  # type: ignore[arg-type]
+        limits.charge(limits.sim_requests(workload.expected_requests if recorded is None
+                                          else len(recorded) / steps, plan.cluster.num_gpus, steps))
     workers = min(len(jobs), os.cpu_count() or 1, 8)
     results: list[tuple[SeedRun, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():

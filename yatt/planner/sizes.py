@@ -10,26 +10,34 @@ import dataclasses
 from typing import Optional
 
 from yatt.core.errors import InputError
+from yatt.core.limits import MAX_GPUS, MAX_LIST
+from yatt.core.schema import show
 from yatt.core.plan import Experiment
 from yatt.core.specs import ClusterSpec
 
 
 def _check(g: int, per: int) -> None:
-    if g < 1 or (g > per and g % per) or (g < per and per % g):
+    if g < 1 or (g > per and g % per) or (g < per and per % g) or g > MAX_GPUS:
         raise InputError(f"got {g}; allowed: a multiple of {per} GPUs per node (or a divisor "
-                         "of it)", field="--gpus")
+                         f"of it), at most {MAX_GPUS}", field="--gpus")
 
 
 def parse_gpu_sizes(text: Optional[str], cluster: ClusterSpec) -> list[int]:
-    """Sorted, distinct cluster sizes from 'a,b,c' (empty text: no sizes)."""
-    if not text:
+    """Sorted, distinct cluster sizes from 'a,b,c' (None, no flag: no sizes)."""
+    if text is None:
         return []
+    parts = text.split(",")
+    if len(parts) > MAX_LIST:
+        raise InputError(f"got {len(parts)} sizes; allowed: at most {MAX_LIST}", field="--gpus")
     out = []
-    for part in text.split(","):
+    for part in parts:
         try:
+            if len(part) > 20:
+                raise ValueError
             g = int(part)
         except ValueError:
-            raise InputError(f"got {part!r}; allowed: comma-separated integers", field="--gpus") from None
+            raise InputError(f"got {show(part)}; allowed: comma-separated integers, e.g. 16,32",
+                             field="--gpus") from None
         _check(g, cluster.gpus_per_node)
         out.append(g)
     return sorted(set(out))

@@ -30,6 +30,7 @@ class Space:
     trainer_layouts: tuple[Layout, ...]  # (TP, PP) that fit, by PP then TP
     problems: tuple[str, ...]       # why some role fits nowhere (empty = feasible)
     notes: tuple[str, ...]          # pruned options worth telling the user about
+    problem_field: str = ""         # the config field the first problem is about
 
     @property
     def trainer_tps(self) -> tuple[int, ...]:
@@ -134,18 +135,23 @@ def _trainer_no_fit(exp: Experiment, legal: list[Layout]) -> str:
 def placement_space(exp: Experiment) -> Space:
     gpu = exp.cluster.gpu
     problems: list[str] = []
+    fields: list[str] = []
     notes: list[str] = []
     engine_choices = tuple(sorted(set(exp.search.engine_tps)))
     r_tps, n = _engine_tps(exp, exp.actor, Role.ROLLOUT, _max_seq(exp), engine_choices)
     notes += n
     if not r_tps:
-        problems.append(_no_fit(exp.actor, "rollout", gpu.name, gpu.hbm_gb, engine_choices, exp))
+        text, field = _no_fit(exp.actor, "rollout", gpu.name, gpu.hbm_gb, engine_choices, exp)
+        problems.append(text)
+        fields.append(field)
     g_tps: tuple[int, ...] = ()
     if exp.genrm is not None:
         g_tps, n = _engine_tps(exp, exp.genrm, Role.GENRM, _genrm_seq(exp), engine_choices)
         notes += n
         if not g_tps:
-            problems.append(_no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, engine_choices, exp))
+            text, field = _no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, engine_choices, exp)
+            problems.append(text)
+            fields.append(field)
     legal = legal_layouts(exp)
     layouts = []
     for lay in legal:
@@ -157,9 +163,11 @@ def placement_space(exp: Experiment) -> Space:
                          f"{mb.total / 1e9:.0f} GB of {mb.capacity / 1e9:.0f} GB")
     if not layouts:
         problems.append(_trainer_no_fit(exp, legal))
+        fields.append("search.tp_choices")
     if r_tps and layouts and (exp.genrm is None or g_tps):
         notes += _release_notes(exp, r_tps[0], g_tps[0] if g_tps else None, layouts[0])
-    return Space(r_tps, g_tps, tuple(layouts), tuple(problems), tuple(notes))
+    return Space(r_tps, g_tps, tuple(layouts), tuple(problems), tuple(notes),
+                 fields[0] if fields else "")
 
 
 def resident_colocate_memory(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
@@ -202,15 +210,29 @@ def _release_notes(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
 
 
 def _no_fit(model: ModelSpec, what: str, gpu: str, hbm: float, choices: tuple[int, ...],
-            exp: Experiment) -> str:
+            exp: Experiment) -> tuple[str, str]:
+    """Why an engine fits at no legal TP: its weights, or, when the weights would fit, the
+    KV cache of one longest sequence (then the workload's length fields are to blame)."""
     wgb = model.weight_bytes / 1e9
+    legal = [t for t in choices if _legal_tp(model, t, exp)]
+    role = Role.GENRM if what == "GenRM" else Role.ROLLOUT
+    seq = _genrm_seq(exp) if role is Role.GENRM else _max_seq(exp)
+    for tp in sorted(legal, reverse=True):
+        mb = memory.engine_memory(model, tp, role, exp.engine, exp.cluster.gpu, 0)
+        if mb.fits():  # the weights fit: the longest sequence's KV cache does not
+            kv = seq * memory.kv_bytes_per_token_per_device(model, tp) / 1e9
+            lens = ("prompt_len, response_len, genrm_template_tokens and genrm_output_len"
+                    if role is Role.GENRM else "prompt_len and response_len")
+            return (f"{model.name} {what}: one sequence of up to {seq:,} tokens (workload {lens} "
+                    f"at their max) needs {kv:.3g} GB of KV cache per device at TP={tp}, more "
+                    f"than the {mb.margin / 1e9:.3g} GB an engine has left on {gpu}; allowed: "
+                    "shorter workload lengths (their `max`)"), "workload.response_len.max"
     need = math.ceil(wgb / (hbm * exp.engine.gpu_memory_utilization))
     tp = 1
     while tp < need:
         tp *= 2
-    legal = [t for t in choices if _legal_tp(model, t, exp)]
     return (f"{model.name} {what} needs TP >= {tp} on {gpu} (weights {wgb:.0f} GB, "
-            f"{hbm:.0f} GB per device); legal TP here: {legal or 'none'}")
+            f"{hbm:.0f} GB per device); legal TP here: {legal or 'none'}"), "search.tp_choices"
 
 
 def partial_splits(exp: Experiment, rollout_tp: int, genrm_tp: int) -> list[int]:

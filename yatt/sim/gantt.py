@@ -5,12 +5,19 @@ into rows by the roles placed on them: devices with the same set of roles share 
 block, labelled by every role on it. One bar per TP group would be unreadable at 48+
 devices, so each row is one device, rows are thin and the block is labelled. A strip
 below shows the fraction of devices busy over time.
+
+At most `MAX_ROWS` device rows are drawn: a larger block shows evenly spaced devices and
+says how many of its devices are shown. The strip always counts every device. Drawing
+every device of a 10k-GPU plan takes minutes and gigabytes, for a picture no one can read.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from yatt.core import Phase, Role, Trace
+from yatt.core.safeio import atomic_write
+
+MAX_ROWS = 512   # device rows drawn; ~0.02 in each at the figure's largest height
 
 COLORS = {Phase.ROLLOUT: "#4C72B0", Phase.GENRM: "#DD8452", Phase.TRAIN: "#55A868",
           Phase.REF_LOGPROB: "#8172B3", Phase.OLD_LOGPROB: "#64B5CD", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
@@ -32,21 +39,33 @@ def _device_groups(trace: Trace) -> list[tuple[str, list[int]]]:
     return [("+".join(k), v) for k, v in groups.items()]
 
 
+def _shown(devs: list[int], share: int) -> list[int]:
+    """At most `share` of `devs`, evenly spaced, first and last included."""
+    if len(devs) <= share:
+        return devs
+    idx = sorted({round(i * (len(devs) - 1) / max(1, share - 1)) for i in range(share)})
+    return [devs[i] for i in idx]
+
+
 def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.collections import PolyCollection
     from matplotlib.patches import Patch
     import numpy as np
 
     groups = _device_groups(trace)
+    total = sum(len(devs) for _, devs in groups)
     row: dict[int, int] = {}
     y = 0
     ticks, labels, seps = [], [], []
     for name, devs in groups:
-        ticks.append(y + len(devs) / 2 - 0.5)
-        labels.append(f"{name}\n({len(devs)} GPUs: {devs[0]}..{devs[-1]})")
-        for d in devs:
+        shown = _shown(devs, max(1, MAX_ROWS * len(devs) // max(1, total)))
+        ticks.append(y + len(shown) / 2 - 0.5)
+        labels.append(f"{name}\n({len(devs)} GPUs: {devs[0]}..{devs[-1]}"
+                      + (f"; {len(shown)} shown)" if len(shown) < len(devs) else ")"))
+        for d in shown:
             row[d] = y
             y += 1
         seps.append(y - 0.5)
@@ -56,30 +75,39 @@ def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
     per_phase: dict[Phase, list[tuple[float, float, int]]] = {}
     for s in trace.spans:
         for d in s.devices:
-            per_phase.setdefault(s.phase, []).append((s.start_s, s.duration, row[d]))
+            if d in row:
+                per_phase.setdefault(s.phase, []).append((s.start_s, s.duration, row[d]))
     for ph, items in per_phase.items():
-        arr = np.array(items)
-        ax.barh(arr[:, 2], arr[:, 1], left=arr[:, 0], height=0.9, color=COLORS[ph], linewidth=0)
+        # one collection of rectangles per phase: one artist, not one patch per bar
+        x, w, r = np.array(items).T
+        lo, hi_ = r - 0.45, r + 0.45
+        verts = np.stack([np.stack([x, lo], 1), np.stack([x, hi_], 1),
+                          np.stack([x + w, hi_], 1), np.stack([x + w, lo], 1)], 1)
+        ax.add_collection(PolyCollection(verts, facecolors=COLORS[ph], linewidths=0))
     for sy in seps[:-1]:
         ax.axhline(sy, color="black", lw=0.8)
     ax.set_yticks(ticks, labels, fontsize=8)
     ax.set_ylim(n - 0.5, -0.5)
+    ax.set_xlim(0.0, max((s.end_s for s in trace.spans), default=1.0) or 1.0)
     ax.legend(handles=[Patch(color=COLORS[p], label=p.value) for p in per_phase],
               loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, title="phase")
     ax.set_title(title or f"{trace.meta.source.value}: {trace.meta.plan.describe()}", fontsize=10)
     hi = max((s.end_s for s in trace.spans), default=1.0)
     grid = np.linspace(0.0, hi, 600)
-    busy = np.zeros_like(grid)
-    for d, ivs in _busy_by_device(trace).items():
-        for a, b in ivs:
-            busy += (grid >= a) & (grid < b)
+    # devices busy at each grid point: +1 where an interval starts, -1 after it ends
+    ivs = np.array([iv for v in _busy_by_device(trace).values() for iv in v]).reshape(-1, 2)
+    diff = np.zeros(len(grid) + 1)
+    np.add.at(diff, np.searchsorted(grid, ivs[:, 0], side="left"), 1)
+    np.add.at(diff, np.searchsorted(grid, ivs[:, 1], side="left"), -1)
+    busy = np.cumsum(diff)[:-1]
     ax2.fill_between(grid, busy / trace.meta.plan.cluster.num_gpus, step="post", color="#333333")
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("busy\nfraction", fontsize=8)
     ax2.set_xlabel("time (s)")
     fig.tight_layout()
     path = Path(path)
-    fig.savefig(path, dpi=110)
+    with atomic_write(path, "wb") as f:   # never through a link, never half a file
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
     return path
 

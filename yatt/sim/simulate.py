@@ -23,6 +23,7 @@ import simpy
 
 from yatt.core import (CostModel, InputError, Phase, Plan, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
+from yatt.core import limits
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
 from yatt.core.version import yatt_version
@@ -45,6 +46,10 @@ def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, s
     """
     if steps < 0:
         raise InputError(f"got {steps}; allowed: >= 0", field="steps")
+    # metered against the command's work budget (no-op outside `limits.work_budget`)
+    limits.charge(limits.sim_requests(workload.expected_requests if recorded is None
+                                      else len(recorded) / max(1, steps),
+                                      plan.cluster.num_gpus, steps))
     by_step: Optional[dict[int, list[SampleRecord]]] = None
     if recorded is not None:
         by_step = {}
