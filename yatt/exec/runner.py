@@ -67,9 +67,10 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                                      max_tokens=exp.workload.judge_max_tokens))
         actor_cls = engine_actor_class(cls)
         engines[role] = []
+        tp_size = plan.placement(role).tp       # one engine per TP group, vLLM TP inside
         for i, g in enumerate(plan.placement(role).groups()):
-            mine = (dataclasses.replace(cfg, role=role.value, index=i),) + args[1:]
-            engines[role].append(actor_cls.options(**placement.options(g[0]), **restarts)
+            mine = (dataclasses.replace(cfg, role=role.value, index=i, tp=tp_size),) + args[1:]
+            engines[role].append(actor_cls.options(**placement.engine_options(g, cpu), **restarts)
                                  .remote(*mine))
     tp = plan.placement(Role.TRAINER)
     targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], exp.algo, exp.checkpoint, tp=tp.tp,
