@@ -20,6 +20,7 @@ class Phase(str, Enum):
     GENRM = "genrm"
     TRAIN = "train"
     REF_LOGPROB = "ref_logprob"
+    OLD_LOGPROB = "old_logprob"   # the actor's own forward pass before training (recompute)
     OFFLOAD = "offload"
     RELOAD = "reload"
     WEIGHT_SYNC = "weight_sync"

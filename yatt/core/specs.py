@@ -264,13 +264,24 @@ class AlgoSpec:
     seq_len_batching: bool = False  # WeChat-YATT: sequences per micro-batch from length
     adaptive_accept: bool = False   # WeChat-YATT: keep 100/70/50% by clipped-token ratio
     mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
-                                   "is split into this many mini-batches (verl's ppo_mini_batch_size)")
-    old_logprobs: OldLogprobs = OldLogprobs.REUSE
+                                   "is split into this many mini-batches (verl's ppo_mini_batch_size); "
+                                   "> 1 needs old_logprobs: recompute")
+    # reuse: each sequence's first forward in training is its old log-prob, which is only
+    # the sampling policy's before the first optimizer step, so mini_batches > 1 needs
+    # recompute (refused otherwise: from the second mini-batch on, reuse would give ratio 1
+    # against already-updated weights, i.e. no correction for the earlier updates)
+    old_logprobs: OldLogprobs = spec_field(
+        OldLogprobs.REUSE, help="reuse: the first training forward (mini_batches must be 1); "
+        "recompute: one forward pass of the actor over the batch before the first update")
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:
             raise InputError(f"got {self.dual_clip!r}; allowed: 0 (off) or a number > 1",
                              field="dual_clip")
+        if self.mini_batches > 1 and self.old_logprobs is OldLogprobs.REUSE:
+            raise InputError(f"mini_batches={self.mini_batches} needs pre-update old log-probs; "
+                             "allowed: old_logprobs: recompute, or mini_batches: 1",
+                             field="old_logprobs")
 
 
 @dataclass(frozen=True)

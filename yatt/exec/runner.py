@@ -74,7 +74,7 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
                                  .remote(*mine))
     tp = plan.placement(Role.TRAINER)
     targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], exp.algo, exp.checkpoint, tp=tp.tp,
-                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda")
+                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda", pp=tp.pp)
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
@@ -96,7 +96,9 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     rec.extra["trainer_setup_s"] = round(time.perf_counter() - t, 3)
     ray.get(starts)
     rec.extra["engine_start_s"] = round(time.perf_counter() - t, 3)
-    groups = [trainers[i:i + tp.tp] for i in range(0, len(trainers), tp.tp)]
+    # one group per model replica: its tp*pp consecutive ranks (trainer.py's rank layout)
+    k = tp.tp * tp.pp
+    groups = [trainers[i:i + k] for i in range(0, len(trainers), k)]
     return Actors(engines, trainers, groups, refs)
 
 
