@@ -147,3 +147,18 @@ def test_algo_spec_new_fields_and_backward_compat():
         from_dict(AlgoSpec, {"kl_estimator": "k2"})
     for cfg in ("configs/demo-cpu.yaml", "configs/default.yaml"):
         load_experiment(cfg)
+
+
+def test_mini_batch_slices_cover_in_order():
+    from yatt.exec.algo import mini_batch_slices
+    assert mini_batch_slices(5, 2) == [[0, 1, 2], [3, 4]]
+    assert mini_batch_slices(2, 3) == [[0], [1], []]
+    assert mini_batch_slices(0, 1) == [[]]
+
+
+def test_reuse_with_several_mini_batches_is_refused():
+    from yatt.core.errors import InputError
+    from yatt.core.specs import AlgoSpec, OldLogprobs
+    with pytest.raises(InputError, match="old_logprobs"):
+        AlgoSpec(mini_batches=2)
+    assert AlgoSpec(mini_batches=2, old_logprobs=OldLogprobs.RECOMPUTE).mini_batches == 2
