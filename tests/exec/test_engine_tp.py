@@ -1,6 +1,7 @@
 """vLLM tensor parallelism inside the engine actor: a TP=2 engine on 2 devices generates what
-the TP=1 engine does, and takes weight updates on every TP rank, from a file of new weights
-and from a TP=2 or PP=2 trainer (its log-probs then match the source's)."""
+the TP=1 engine does, is torn down and re-created, and takes weight updates on every TP
+rank, from new weights and from a TP=2 or PP=2 trainer (its log-probs then match the
+source's)."""
 from __future__ import annotations
 
 import pytest
@@ -51,15 +52,20 @@ def test_tp2_greedy_equals_tp1(engines):
     assert diff < LOGPROB_TOL, diff
 
 
-def test_tp2_weight_update_reaches_every_rank(engines, actor_path):
-    """New weights into the TP=2 engine (each rank keeps its shard, the tied LM head is
-    re-packed per rank): its log-probs equal `transformers` on the new weights. (Teardown
-    and re-creation of TP engines run end to end in test_run_parallel.py.)"""
+def test_tp2_teardown_recreate_and_weight_update(engines, actor_path):
+    """Teardown joins the TP workers and re-creation starts new ones (the same greedy
+    outputs); new weights reach every rank (each keeps its shard, the tied LM head is
+    re-packed per rank): the log-probs equal `transformers` on the new weights."""
     import torch
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
 
     _, two = engines
+    before = ray.get(two.generate.remote(_requests(0.0)))
+    assert ray.get(two.release.remote()) >= 0
+    assert ray.get(two.acquire.remote()) > 0
+    again = ray.get(two.generate.remote(_requests(0.0)))
+    assert {o.key: o.token_ids for o in before} == {o.key: o.token_ids for o in again}
     seq, p = [1, 10, 11, 12, 13, 14, 15, 16], 3
     sd = load_file(str(actor_path / "model.safetensors"))
     g = torch.Generator().manual_seed(0)
