@@ -6,9 +6,11 @@ Two runs, shared by every assertion here (each costs a minute or more on 2 cores
   TP=2 (one engine each over both devices, resident: a TP=2 engine takes 15-30 s to
   re-create here, so teardown and re-creation are tested once, in test_engine_tp.py), a
   PP=2 trainer (one stage per device) taking 2 mini-batches per step with the
-  old-log-prob pass, a TP=2 reference. The rollout engine is killed in its second
-  `generate` (YATT_FAULTS): Ray restarts it (a new TP=2 engine), the supervisor re-arms it
-  and the step is redone.
+  old-log-prob pass, a TP=2 reference. Two faults (YATT_FAULTS) hit step 1: the rollout
+  engine dies in its second `generate` (Ray restarts it, a new TP=2 engine, which the
+  supervisor re-arms), then, in the redone step, pipeline stage 0 dies after its backward
+  pass while stage 1 waits on it (every rank restarts, the process group is re-formed, the
+  stages are restored from the in-memory snapshot); the step is redone each time.
 * partial colocate on 4 emulated devices (configs/demo-cpu-4dev.yaml, 2 nodes x 2): two
   TP=1 rollout engines on node 0, a TP=2 GenRM on node 1 judging while rollout streams,
   a TP=2 x DP=2 trainer.
@@ -52,7 +54,7 @@ def colocate(ray_cluster, demo_experiment, tmp_path_factory):
                                       reference_tp=2, release=ReleasePolicy.RESIDENT), 2)
     logs: list[str] = []
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("YATT_FAULTS", "rollout.exit@2")
+        mp.setenv("YATT_FAULTS", "rollout.exit@2,trainer.exit@2")
         mp.setenv("YATT_FAULT_DIR", str(root))
         trace = run_plan(plan, steps=STEPS, out_dir=root / "run", seed=0, progress=False,
                          log=logs.append)
@@ -106,12 +108,14 @@ def test_old_logprob_pass_is_its_own_phase_before_training(colocate):
 
 
 @pytest.mark.slow
-def test_killed_tp2_engine_is_restarted_and_the_step_redone(colocate):
+def test_killed_tp2_engine_and_pp_stage_are_restarted_and_the_step_redone(colocate):
     root, plan, trace, logs, rows = colocate
-    assert (root / "yatt-fault-rollout.exit@2").exists()          # the fault really fired
-    assert [(f["step"], f["role"]) for f in trace.meta.extra["faults"]] == [(1, "rollout")]
+    assert (root / "yatt-fault-rollout.exit@2").exists()          # the faults really fired
+    assert (root / "yatt-fault-trainer.exit@2").exists()
+    assert [(f["step"], f["role"]) for f in trace.meta.extra["faults"]] == [
+        (1, "rollout"), (1, "trainer")]
     assert any("rollout actor died" in m for m in logs)
-    assert rows[-1]["restarts"] == 1
+    assert rows[-1]["restarts"] == 2
     keys = [(s.step, s.sample_id) for s in trace.samples]           # exactly once
     assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
 
