@@ -81,12 +81,13 @@ def test_tp2_teardown_recreate_and_weight_update(engines, actor_path):
     assert max(abs(a - b) for a, b in zip(got, ref)) < LOGPROB_TOL
 
 
-@pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2)], ids=["trainer-tp2", "trainer-pp2"])
+@pytest.mark.parametrize("tp,pp", [(2, 1), (1, 2), (2, 2)],
+                         ids=["trainer-tp2", "trainer-pp2", "trainer-tp2pp2"])
 def test_weight_sync_from_a_sharded_trainer_into_the_tp2_engine(engines, demo_experiment,
                                                                  actor_path, tp, pp):
-    """One train step on a TP=2 or PP=2 trainer (2 Ray actors), its full HF state dict
-    (gathered over TP or PP) pushed into the TP=2 engine: the engine's log-probs then equal
-    the trainer's (fp32 both; 1e-4 as above)."""
+    """One train step on a TP=2, PP=2 or TP=2 x PP=2 trainer (2 or 4 Ray actors), its full
+    HF state dict (gathered over TP and PP) pushed into the TP=2 engine: the engine's
+    log-probs then equal the trainer's (fp32 both; 1e-4 as above)."""
     from tests.exec._train_helpers import plain_algo
     from yatt.exec.env import worker_env
     from yatt.exec.workers import TrainerArgs, TrainerWorker, TrainItem

@@ -13,7 +13,7 @@ Two runs, shared by every assertion here (each costs a minute or more on 2 cores
   stages are restored from the in-memory snapshot); the step is redone each time.
 * partial colocate on 4 emulated devices (configs/demo-cpu-4dev.yaml, 2 nodes x 2): two
   TP=1 rollout engines on node 0, a TP=2 GenRM on node 1 judging while rollout streams,
-  a TP=2 x DP=2 trainer.
+  a PP=2 x DP=2 trainer (one replica per node, its stages on the node's two devices).
 """
 from __future__ import annotations
 
@@ -68,8 +68,9 @@ def partial(ray_cluster, tmp_path_factory):
     from yatt.exec.runner import run_plan
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml")
-    plan = make_plan(exp, Mode.PARTIAL, rollout_devices=2, rollout_tp=1, genrm_tp=2,
-                     trainer_tp=2, reference_tp=2, release=ReleasePolicy.RESIDENT)
+    plan = _with_trainer_pp(make_plan(exp, Mode.PARTIAL, rollout_devices=2, rollout_tp=1,
+                                      genrm_tp=2, reference_tp=2,
+                                      release=ReleasePolicy.RESIDENT), 2)
     out = tmp_path_factory.mktemp("part-4dev") / "run"
     return plan, run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False), _rows(out)
 
@@ -123,7 +124,7 @@ def test_killed_tp2_engine_and_pp_stage_are_restarted_and_the_step_redone(coloca
 @pytest.mark.slow
 def test_partial_tp2_genrm_on_four_devices(partial):
     plan, trace, rows = partial
-    assert plan.describe() == "partial R2(tp1) T4(tp2) G2(tp2)"
+    assert plan.describe() == "partial R2(tp1) T4(tp1,pp2) G2(tp2)"
     for step in range(STEPS):
         (ro,), (ge,) = _spans(trace, Phase.ROLLOUT, step), _spans(trace, Phase.GENRM, step)
         assert ro.devices == (0, 1) and ge.devices == (2, 3)
@@ -133,4 +134,4 @@ def test_partial_tp2_genrm_on_four_devices(partial):
     for m in rows:
         assert math.isfinite(m["loss"]) and m["skipped"] == 0 and m["genrm_parse_fail"] >= 0
         assert m["samples"] == plan.experiment.workload.samples_per_step
-    assert {s.dp_rank for s in trace.samples} == {0, 1}            # TP=2 x DP=2 trainer
+    assert {s.dp_rank for s in trace.samples} == {0, 1}            # PP=2 x DP=2 trainer
