@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import os
 import statistics
 import sys
@@ -34,6 +33,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 
 
 def _col(run_dir: Path, name: str, first: int = 2) -> list[float]:
@@ -96,7 +96,7 @@ def main() -> dict:
     if args.also:
         out["also"] = measure(args.also, max(4, args.steps // 2))
     out["machine"] = "2 shared cores, CPU only, one thread per device"
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    write_result(args.out, out)
     for o in [out] + ([out["also"]] if "also" in out else []):
         print(f"checkpoint {o['config']}: step {o['step_s']:.3f} s, async stall {o['stall_s']:.3f} s "
               f"({o['stall_ratio'] * 100:.1f}%), sync stall {o['sync_stall_s']:.3f} s "

@@ -9,7 +9,6 @@ Writes bench/results/controllers.json and prints one summary line.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 
 
 def _peak_rss(stop: threading.Event, out: list) -> None:
@@ -70,8 +70,7 @@ def main(steps: int = 3, prompts: int = 32, payload_mb: float = 1.0) -> dict:
                                                   "steps": steps},
            "plan": plan.describe(), "machine": f"{os.cpu_count()} cpus, fake Ray GPUs",
            "results": results}
-    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / "controllers.json").write_text(json.dumps(out, indent=1))
+    write_result(ROOT / "bench" / "results" / "controllers.json", out)
     print("controllers: " + "  ".join(
         f"K={r['controllers']} driver+{r['driver_peak_over_base_mb']:.0f}MB "
         f"{r['steady_step_s']:.2f}s/step" for r in results.values()))

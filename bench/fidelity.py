@@ -60,6 +60,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 WORKLOADS = ("short", "longtail", "wide")
 PROBE_S = 4.0  # host probe before and after each run
 OUT = ROOT / "bench" / "results"
@@ -407,7 +408,7 @@ def main(argv=None) -> dict:
            "mode_choice_correct": all(c["correct"] for c in choices if c["counts"])}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    write_result(out, res, indent=2)
     if cases:
         plot(cases, out.with_suffix(".png"))
     print(f"fidelity: {len(cases)} cases, median |err| {res['median_abs_err']}, max |err| "

@@ -24,6 +24,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 OUT = ROOT / "bench" / "results" / "genrm_stream.json"
 # (seconds after the phase start, judgments arriving): short/partial step 3, measured
 ARRIVALS = [(0.026, 4), (0.045, 1), (0.061, 4), (0.069, 4), (0.078, 1), (0.087, 5),
@@ -120,7 +121,7 @@ def main() -> int:
         "simulated_end_s_without_join": simulated_end(cost, spec, join=False),
         "runs": runs,
     }
-    OUT.write_text(json.dumps(res, indent=1) + "\n")
+    write_result(OUT, res)
     print(json.dumps({k: v for k, v in res.items() if k != "runs"}, indent=1))
     return 0
 

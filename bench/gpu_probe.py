@@ -1,8 +1,8 @@
-"""One short GPU lease's worth of measurements for the GPU catalog.
+"""The GPU measurements behind the catalog, in one short process.
 
 Why: `yatt/catalog/gpus.yaml` should cite what an H200 (and, by ratio, an H100) measured,
 not the datasheet. This runs the probes of `yatt.profiling.gpu_probe` in one process, section by
-section, and writes the JSON after every section, so a lease that runs out still returns
+section, and writes the JSON after every section, so a run that is cut short still returns
 what it measured:
   env       device name, torch/driver versions
   matmul    bf16 TFLOP/s on random data, square and one decode-like skinny shape
@@ -34,6 +34,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import render, write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 
 from yatt.core import catalog  # noqa: E402
 from yatt.core.specs import ModelSpec  # noqa: E402
@@ -194,7 +195,8 @@ def main() -> int:
         res = json.loads(a.check.read_text())
         res["derived"] = derive(res)
         res["model_check"] = model_check(res)
-        a.check.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        a.check.write_text(json.dumps(res, indent=1, default=str) + "\n")   # provenance kept
+        a.check.with_suffix(".md").write_text(render(a.check.stem, res))
         summary = {k: {m: v for m, v in d.items() if m != "points"}
                    for k, d in res["model_check"].items()}
         print(json.dumps(summary, indent=1))
@@ -216,8 +218,7 @@ def main() -> int:
     def save() -> None:
         res["derived"] = derive(res)
         res["model_check"] = model_check(res)
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=1, default=str) + "\n")
+        write_result(a.out, res)
 
     def train() -> list[dict]:
         from yatt.exec.hf_model import build_hf_model

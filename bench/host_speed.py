@@ -16,7 +16,6 @@ Usage: .venv/bin/python bench/host_speed.py [--seconds 90] [--every 2]
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 OUT = ROOT / "bench" / "results" / "host_speed.json"
 SLOW = 1.2   # a sample this much above the fastest counts as a slow window
 
@@ -84,8 +84,7 @@ def main() -> None:
            "load_avg": round((load0 + os.getloadavg()[0]) / 2, 2),
            "probes": {k: summarize(v) for k, v in samples.items()}, "series": series}
     out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=2) + "\n")
+    write_result(out, res, indent=2)
     p = res["probes"]
     print("host speed: " + ", ".join(
         f"{k} median/min {v['median_s'] / v['min_s']:.2f}, slow share {v['slow_share']:.0%} "

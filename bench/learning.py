@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import meta, write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 
 
 WINDOW = 5    # steps averaged for "from" (the first ones) and "to" (the last ones)
@@ -119,7 +120,8 @@ def main() -> int:
         old.update(res)                       # the headline numbers: GenRM as the reward
     else:
         old[f"{a.reward}_reward"] = res        # comparison run, kept next to them
-    out.write_text(json.dumps(old, indent=1))
+    res["_meta"] = meta()                     # each sub-result keeps its own provenance
+    write_result(out, old)
     print(f"learning: accuracy {fr:.3f} -> {to:.3f} over seeds {a.seeds} "
           f"({a.steps} steps, {a.reward} reward) -> {a.result}")
     return 0

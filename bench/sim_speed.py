@@ -8,9 +8,10 @@ line. Timing is the best of `--repeat` runs, wall and CPU (the machine is shared
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
+
+from _results import write_result  # bench/ holds the script: on sys.path
 
 from yatt.core import ClusterSpec, DistKind, Experiment, LengthDist, Mode, Workload, catalog
 from yatt.sim import make_plan, simulate, summarize
@@ -49,8 +50,7 @@ def main() -> None:
         res[f"cpu_seconds_{name}"] = round(cpu, 4)
         res[f"simulated_step_s_{name}"] = round(summarize(trace).step_time_mean, 2)
         res[f"plan_{name}"] = plan.describe()
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(res, indent=2) + "\n")
+    write_result(args.out, res, indent=2)
     print(f"sim_speed: {res['samples']} samples on {res['gpus']} GPUs: colocate "
           f"{res['seconds_colocate']:.3f}s (step {res['simulated_step_s_colocate']}s sim), partial "
           f"{res['seconds_partial']:.3f}s (step {res['simulated_step_s_partial']}s sim)")

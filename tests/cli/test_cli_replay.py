@@ -30,10 +30,12 @@ def test_replay_shipped_trace_answers_what_if(tmp_path, capsys):
                  "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "Recorded vs predicted" in text and "What if" in text and "best partial" in text
+    assert "samples/s/GPU" in text
     for name in ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png"):
         assert (out / name).stat().st_size > 0, name
     csv = (out / "scaling.csv").read_text().splitlines()
     assert csv[0].startswith("scenario,gpus") and len(csv) == 1 + 2 + 4
+    assert csv[0].endswith(",samples_per_s_per_gpu") and all(len(r) == 9 for r in __import__("csv").reader(csv))
     assert json.loads((out / "replay_timeline.json").read_text())["traceEvents"]
 
 
@@ -100,3 +102,18 @@ def test_malformed_trace_exits_2_with_one_line(tmp_path, tiny, capsys, how, verb
     assert len(err) == 1, err
     assert expect in err[0] and str(bad) in err[0]
     assert not out.exists() or not list(out.iterdir())
+
+
+def test_replay_suggests_calibrate_when_phases_are_off(tmp_path, tiny, capsys):
+    # tiny ran at TRUTH efficiencies, not the defaults: large per-phase errors
+    assert main(["replay", str(tiny), "--gpus", "16", "--mode", "colocate",
+                 "--out", str(tmp_path / "a"), "--no-progress"]) == 0
+    hint = [ln for ln in capsys.readouterr().out.splitlines() if "yatt calibrate" in ln]
+    assert hint == [hint[0]] and f"`yatt calibrate {tiny} -o profile.yaml`" in hint[0], hint
+    assert "median per-phase error" in hint[0]
+    prof = tmp_path / "p.yaml"
+    assert main(["calibrate", str(tiny), "-o", str(prof), "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["replay", str(tiny), "--profile", str(prof), "--gpus", "16", "--mode", "colocate",
+                 "--out", str(tmp_path / "b"), "--no-progress"]) == 0
+    assert "yatt calibrate" not in capsys.readouterr().out

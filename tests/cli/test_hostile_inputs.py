@@ -1,6 +1,8 @@
-"""Hostile input: every malformed config, plan, trace and profile under tests/data/bad/
-ends its CLI verb with exit status 2, exactly one stderr line naming the field and the
-problem, no traceback, and nothing written to the output directory.
+"""Hostile input: every malformed config, plan, trace, profile and job (the user's data,
+reward, judge and models: `yatt run` checks them before anything starts) under
+tests/data/bad/ ends its CLI verb with exit status 2, exactly one stderr line naming the
+field and the problem, no traceback, and nothing written to the output directory.
+A kind's `files/` folder holds what its cases point at (datasets, reward code, models).
 
 Each corpus file states what it must say: a first-line comment
 `# expect: <field fragment> | <message fragment>`, or, for files that cannot carry one
@@ -21,7 +23,9 @@ from yatt.cli.main import main
 ROOT = Path(__file__).resolve().parents[2]
 BAD = ROOT / "tests" / "data" / "bad"
 DEMO = ROOT / "configs" / "demo-cpu.yaml"
-KINDS = ("config", "plan", "trace", "profile")
+DEFAULT = ROOT / "configs" / "default.yaml"
+# placement/*.txt: the `# expect:` line, then the text given to `yatt plan default.yaml --placement`
+KINDS = ("config", "plan", "trace", "profile", "placement", "job")
 
 
 def _expectation(path: Path, sidecar: dict[str, str]) -> tuple[str, str]:
@@ -45,7 +49,7 @@ def _corpus() -> list[tuple[str, Path, str, str]]:
         for name in sidecar:
             assert (d / name).is_file(), f"{sidecar_path}: lists missing file {name}"
         for p in sorted(d.iterdir()):
-            if p.name == "EXPECT.yaml":
+            if p.name == "EXPECT.yaml" or p.is_dir():
                 continue
             cases.append((kind, p, *_expectation(p, sidecar)))
     return cases
@@ -55,12 +59,20 @@ CORPUS = _corpus()
 
 
 def _argv(kind: str, path: Path, out: Path, verb: str = "") -> list[str]:
+    if kind == "plan" and verb == "plan":  # a plan file given to `yatt plan` to score
+        return ["plan", str(path), "--out", str(out), "--no-progress"]
     if kind == "config":
         return ["plan", str(path), "--out", str(out), "--no-progress"]
     if kind == "plan":
         return ["run", str(path), "--out", str(out), "--no-progress"]
+    if kind == "job":
+        return ["run", str(path), "--steps", "1", "--out", str(out), "--no-progress"]
     if kind == "profile":
         return ["plan", str(DEMO), "--profile", str(path), "--out", str(out), "--no-progress"]
+    if kind == "placement":
+        text = path.read_text().split("\n", 1)[1].rstrip("\n")
+        return ["plan", str(DEFAULT), "--placement", text, "--out", str(out), "--no-progress"]
+
     if verb == "calibrate":
         return ["calibrate", str(path), "-o", str(out / "profile.yaml"), "--no-progress"]
     return ["replay", str(path), "--out", str(out), "--no-progress"]
@@ -94,7 +106,7 @@ def test_corpus_is_large_and_covers_every_kind():
     counts = {k: sum(1 for c in CORPUS if c[0] == k) for k in KINDS}
     assert sum(counts.values()) >= 30, counts
     assert counts["config"] >= 30 and counts["plan"] >= 15 and counts["trace"] >= 20 \
-        and counts["profile"] >= 8, counts
+        and counts["profile"] >= 8 and counts["placement"] >= 15 and counts["job"] >= 15, counts
 
 
 @pytest.mark.parametrize("kind,path,field,message", CORPUS,
@@ -105,6 +117,19 @@ def test_bad_input_exits_2_with_one_line(kind, path, field, message, tmp_path, c
     assert main(argv) == 2
     cap = capsys.readouterr()
     _check(2, cap.out, cap.err, argv[0], field, message, out)
+
+
+PLANS = [c for c in CORPUS if c[0] == "plan"]
+
+
+@pytest.mark.parametrize("kind,path,field,message", PLANS, ids=[c[1].name for c in PLANS])
+def test_bad_plan_scored_by_plan_exits_2(kind, path, field, message, tmp_path, capsys):
+    """`yatt plan PLAN.yaml` refuses the same plans `yatt run` does, before searching."""
+    out = tmp_path / "out"
+    argv = _argv(kind, path, out, verb="plan")
+    assert main(argv) == 2
+    cap = capsys.readouterr()
+    _check(2, cap.out, cap.err, "plan", field, message, out)
 
 
 TRACES = [c for c in CORPUS if c[0] == "trace"]
@@ -124,7 +149,8 @@ def test_bad_trace_calibrate_writes_no_profile(kind, path, field, message, tmp_p
 # A real process for a few of the nastiest: proves nothing reaches stderr but the one line.
 SUBPROCESS = ["config/deep-nesting.yaml", "config/binary.yaml", "config/huge-int-literal.yaml",
               "plan/genrm-placed-without-genrm-model.yaml", "trace/deep-nesting.jsonl",
-              "trace/corrupt.jsonl.gz", "profile/train-mfu-above-one.yaml"]
+              "trace/corrupt.jsonl.gz", "profile/train-mfu-above-one.yaml",
+              "job/non-utf8-jsonl.yaml"]
 
 
 @pytest.mark.parametrize("rel", SUBPROCESS)

@@ -9,7 +9,8 @@ import pytest
 
 from yatt.core import catalog
 
-REQUIRED_GPUS = {"A100-40G", "A100-80G", "H100-SXM", "H200", "H20", "L40S", "cpu-local"}
+REQUIRED_GPUS = {"A100-40G", "A100-80G", "H100-SXM", "H800", "H200", "H20", "L40S",
+                 "cpu-local"}
 REQUIRED_MODELS = {"Qwen2.5-0.5B", "Qwen2.5-1.5B", "Qwen2.5-7B", "Qwen2.5-32B", "Qwen2.5-72B",
                    "Qwen2.5-Math-72B", "Llama-3.1-8B", "Llama-3.1-70B", "Qwen3-8B", "Qwen3-32B"}
 
@@ -36,8 +37,9 @@ def test_param_count_matches_published(name):
 # ---- GPU provenance: the H200 entry is the measurement, the rest follow by its ratios ----
 RESULT = Path(__file__).resolve().parents[2] / "bench" / "results" / "gpu_h200.json"
 # datasheet (bf16 dense TF, memory GB/s, host link GB/s) of the entries taken "by ratio"
-DATASHEET = {"A100-40G": (312, 1555, 32), "A100-80G": (312, 2039, 32), "H100-SXM": (989, 3350, 64),
-             "H20": (148, 4000, 64), "L40S": (362, 864, 32)}
+DATASHEET = {"A100-40G": (312, 1555, 32), "A100-80G": (312, 2039, 32),
+             "H100-SXM": (989, 3350, 64), "H800": (989, 3350, 64), "H20": (148, 4000, 64),
+             "L40S": (362, 864, 32)}
 
 
 def _measured() -> dict:

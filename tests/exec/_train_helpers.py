@@ -27,10 +27,30 @@ def llama_spec() -> ModelSpec:
                                tied_embeddings=False)
 
 
-def built_model(spec: ModelSpec, arch: str = "qwen2", seed: int = 0) -> Path:
+def qwen3_spec() -> ModelSpec:
+    """Qwen3's layout: bias-free attention with per-head q/k RMSNorm, untied."""
+    return dataclasses.replace(llama_spec(), name="tiny-qwen3")
+
+
+# Llama 3.1's context extension (its published values; Megatron implements exactly these)
+LLAMA31_ROPE = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}
+
+
+def built_model(spec: ModelSpec, arch: str = "qwen2", seed: int = 0,
+                rope_scaling: dict | None = None) -> Path:
     """Build (once, cached under tests/_artifacts) an HF checkpoint for spec."""
     from yatt.exec.hf_model import build_hf_model
-    return build_hf_model(spec, ARTIFACTS / f"{spec.name}-{arch}-s{seed}", seed=seed, arch=arch)
+    tag = "-llama3rope" if rope_scaling else ""
+    return build_hf_model(spec, ARTIFACTS / f"{spec.name}-{arch}{tag}-s{seed}", seed=seed,
+                          arch=arch, rope_scaling=rope_scaling)
+
+
+def logit_cases() -> list[tuple[str, str, ModelSpec, dict | None]]:
+    """(label, arch, spec, rope scaling) of every architecture the trainer must mirror."""
+    return [("qwen2", "qwen2", load_spec(), None), ("llama", "llama", llama_spec(), None),
+            ("llama3.1", "llama", llama_spec(), LLAMA31_ROPE),
+            ("qwen3", "qwen3", qwen3_spec(), None)]
 
 
 def plain_algo(**kw) -> AlgoSpec:
@@ -174,14 +194,14 @@ def run_logits(rank: int, world: int, port: int, opts: dict, out_dir: str) -> No
     ids = logit_ids()
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
     out = {}
-    for arch, spec in (("qwen2", load_spec()), ("llama", llama_spec())):
-        path = built_model(spec, arch)
+    for label, arch, spec, rope in logit_cases():
+        path = built_model(spec, arch, rope_scaling=rope)
         meta = HfMeta.read(path)
         model = build_gpt_model(spec, meta, tp)
         load_into_megatron(model, path, spec, meta.arch, tp, ps.get_tensor_model_parallel_rank())
         with torch.no_grad():
             lg = tensor_parallel.gather_from_tensor_model_parallel_region(model(ids, pos, None))
-        out[arch] = lg
+        out[label] = lg
     ps.destroy_model_parallel()
     torch.distributed.destroy_process_group()
     if rank == 0:

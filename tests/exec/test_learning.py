@@ -6,11 +6,11 @@ metrics.csv carries the exact checker's `accuracy` each step, learning.png lands
 directory, and accuracy rises: the mean of the last WINDOW steps beats the mean of the first
 WINDOW steps by at least MARGIN.
 
-How MARGIN was set (README, "RL algorithm and the learning demo"; bench/results/learning.json,
+How MARGIN was set (docs/rl-algorithm.md; bench/results/learning.json,
 whose 50-step runs share their first 25 steps with this one: constant lr after a 5-step
 warmup): the gain after 25 steps, mean of steps 20-24 minus mean of steps 0-4, measured
 +0.072 (seed 0, the one run here), +0.105 (seed 1), +0.070 (seed 2). MARGIN 0.03 is under
-half the smallest of them; the old lenient GenRM (agreement 0.63) gave seed 0 +0.011 over
+half the smallest of them; a lenient GenRM (agreement 0.63) gave seed 0 +0.011 over
 30 steps and would fail it. One step's accuracy is a 128-sample estimate whose prompt
 difficulty alone swings it by about +-0.08, so 5-step means are compared, never single steps.
 """

@@ -15,7 +15,7 @@ from yatt.exec import megatron_shim
 def test_patched_symbols_still_exist():
     import megatron.core
     assert megatron.core.__version__.startswith("0.16"), (
-        f"megatron-core {megatron.core.__version__}: re-audit the shim (see PLATFORM.md)")
+        f"megatron-core {megatron.core.__version__}: re-audit the shim (docs/design.md, \"CPU runtime\")")
     assert megatron_shim.missing_targets() == []
 
 

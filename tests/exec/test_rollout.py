@@ -6,6 +6,9 @@ import pytest
 pytest.importorskip("vllm")
 ray = pytest.importorskip("ray")
 
+from tests.exec._tolerance import logprob_tol  # noqa: E402
+from tests.exec._train_helpers import load_spec  # noqa: E402
+
 
 @pytest.fixture(scope="module")
 def engine(ray_cluster, actor_path):
@@ -38,7 +41,8 @@ def test_generate_n_samples_with_logprobs(engine):
         assert 1 <= len(o.token_ids) <= 8
         assert len(o.logprobs) == len(o.token_ids)
         assert all(lp <= 0.0 for lp in o.logprobs)
-    # per-request seeds: identical results whatever the batching
+    # per-request seeds: identical results whatever the batching (exact: the same requests
+    # in another order are the same rows, each computed and sampled on its own)
     again = ray.get(actor.generate.remote(_requests()[::-1]))
     assert {o.key: o.token_ids for o in out} == {o.key: o.token_ids for o in again}
 
@@ -114,7 +118,7 @@ def test_teardown_recreate_and_weight_update(engine, actor_path):
     down = ray.get(actor.release.remote())
     up = ray.get(actor.acquire.remote())
     assert down >= 0 and up > 0
-    greedy2 = ray.get(actor.generate.remote(_requests(0.0)))
+    greedy2 = ray.get(actor.generate.remote(_requests(0.0)))   # exact: same weights, same batch
     assert {o.key: o.token_ids for o in greedy} == {o.key: o.token_ids for o in greedy2}
 
     seq = [1, 10, 11, 12, 13, 14, 15, 16]
@@ -132,4 +136,6 @@ def test_teardown_recreate_and_weight_update(engine, actor_path):
     with torch.no_grad():
         logits = hf(torch.tensor([seq])).logits[0].log_softmax(-1)
     ref = [float(logits[i - 1, seq[i]]) for i in range(3, len(seq))]
-    assert max(abs(a - b) for a, b in zip(after, ref)) < 1e-4
+    # vLLM's kernels against transformers' on the same weights: within the forward's rounding
+    tol = logprob_tol(load_spec(), len(seq), max(abs(x) for x in ref))
+    assert max(abs(a - b) for a, b in zip(after, ref)) <= tol

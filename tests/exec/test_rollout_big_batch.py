@@ -1,9 +1,9 @@
 """A step whose prompts exceed the engine's per-step token budget (vLLM would chunk a
 prefill) must still generate on CPU, with each seeded sample independent of batching.
 
-Found by bench/vs_trl.py's larger job (512 seeded requests): vLLM-CPU rewinds a seeded
-request's generator after a partial (chunked) prefill with `set_offset`, which CPU
-generators do not support ("CPU Generator does not use offset"), killing the step.
+Why: vLLM-CPU rewinds a seeded request's generator after a partial (chunked) prefill with
+`set_offset`, which CPU generators do not support ("CPU Generator does not use offset"), so
+a large seeded batch (bench/vs_trl.py's 512-request job) would kill the step.
 """
 from __future__ import annotations
 

@@ -6,10 +6,36 @@ import math
 import pytest
 import torch
 
+from tests.exec._tolerance import adam_weight_tol, grad_norm_rel_tol, logprob_tol, loss_tol
 from tests.exec._train_helpers import (built_model, hf_logprobs, load_spec, make_batch,
                                        spawn_trainers)
 from yatt.core.errors import InputError
 from yatt.exec.trainer import TrainBatch, micro_batches
+
+
+def _assert_same_training(got: dict, ref: dict, batch, lr: float) -> None:
+    """Two trainings of one batch that differ only in their order of fp32 operations (TP
+    shards, DP all-reduce, CPU against GPU) agree within the bounds of _tolerance: losses
+    and gradient norms within rounding (the k-th step's passes round k times over), weights
+    within what Adam can move a weight whose gradient is rounding noise."""
+    spec = load_spec()
+    seq = max(len(x) for x in batch.input_ids)
+    amax = max(abs(a) for a in batch.advantages)
+    lp_scale = max(abs(x) for r in ref["logprobs0"] for x in r)
+    params = sum(v.numel() for v in ref["hf"].values())
+    for k, (a, b) in enumerate(zip(got["metrics"], ref["metrics"]), 1):
+        tokens = int(b["tokens"])
+        assert a["tokens"] == b["tokens"]   # a count: exact
+        tol = k * loss_tol(spec, seq, lp_scale, tokens, amax)
+        assert abs(a["loss"] - b["loss"]) <= tol, (k, a["loss"], b["loss"], tol)
+        tol = k * grad_norm_rel_tol(spec, seq, tokens, params) * max(abs(a["grad_norm"]), abs(b["grad_norm"]))
+        assert abs(a["grad_norm"] - b["grad_norm"]) <= tol, (k, a["grad_norm"], b["grad_norm"], tol)
+    steps = len(ref["metrics"])
+    for name, w in ref["hf"].items():
+        other = got["hf"][name].cpu().float()
+        tol = adam_weight_tol(lr, steps, w.abs().max().item())
+        diff = (other - w.float()).abs().max().item()
+        assert diff <= tol, (name, diff, tol)
 
 
 def test_micro_batches_respect_token_budget():
@@ -54,7 +80,8 @@ def test_logprobs_match_transformers(tp1_run):
     got = tp1_run["logprobs0"]
     assert [len(x) for x in got] == [len(x) for x in ref]
     diff = max(abs(a - c) for x, y in zip(got, ref) for a, c in zip(x, y))
-    assert diff < 1e-5, diff
+    tol = logprob_tol(load_spec(), max(len(x) for x in b.input_ids), max(abs(a) for x in ref for a in x))
+    assert diff <= tol, (diff, tol)   # Megatron's kernels against transformers': rounding only
 
 
 def test_hf_state_dict_loads_in_transformers(tp1_run, tmp_path):
@@ -71,12 +98,12 @@ def test_tp2_matches_tp1_and_checkpoint_reshards(tp1_run, tmp_path):
                           "nan_step": True, "micro_batch_tokens": 32, "ckpt_dir": str(ckpt)},
                          tmp_path / "tp2")
     for r in res:
-        for a, b in zip(r["metrics"], tp1_run["metrics"]):
-            assert abs(a["loss"] - b["loss"]) < 1e-5 and abs(a["grad_norm"] - b["grad_norm"]) < 1e-4
-    for k, v in tp1_run["hf"].items():
-        assert torch.allclose(res[0]["hf"][k], v, atol=1e-5), k
+        _assert_same_training(r, tp1_run, make_batch(0), lr=3e-4)
+    for k in tp1_run["hf"]:
+        # exact: both TP ranks export the same all-gathered tensors
         assert torch.equal(res[0]["hf"][k], res[1]["hf"][k])
-    # dist_checkpointing: saved at TP=2, loaded into a fresh TP=1 trainer
+    # dist_checkpointing: saved at TP=2, loaded into a fresh TP=1 trainer (exact: resharding
+    # moves bytes, it computes nothing)
     loaded = spawn_trainers({"tp": 1, "dp": 1, "steps": 0, "load_ckpt": str(ckpt)},
                             tmp_path / "load")[0]["loaded_hf"]
     for k, v in res[0]["ckpt_hf"].items():
@@ -135,14 +162,12 @@ def test_dp2_ranks_stay_identical_and_match_full_batch(tmp_path):
             "distributed_optimizer": True}
     dp2 = spawn_trainers({**opts, "dp": 2}, tmp_path / "dp2")
     assert {r["dp_rank"] for r in dp2} == {0, 1}
+    # exact: every DP rank applies the same all-reduced gradient with the same optimizer code
     assert dp2[0]["checksum"] == dp2[1]["checksum"]
     for k in dp2[0]["hf"]:
         assert torch.equal(dp2[0]["hf"][k], dp2[1]["hf"][k]), k
     dp1 = spawn_trainers({**opts, "dp": 1}, tmp_path / "dp1")[0]   # same 8 sequences, one rank
-    for a, b in zip(dp2[0]["metrics"], dp1["metrics"]):
-        assert abs(a["loss"] - b["loss"]) < 1e-5 and a["tokens"] == b["tokens"]
-    for k, v in dp1["hf"].items():
-        assert torch.allclose(dp2[0]["hf"][k], v, atol=1e-5), k
+    _assert_same_training(dp2[0], dp1, make_batch(0, n=8), lr=3e-4)
 
 
 @pytest.mark.slow
@@ -156,6 +181,7 @@ def test_snapshot_and_async_checkpoint_restore_exactly_dp2(tmp_path):
         assert r["steps_loaded"] == 2
         for a, b, c in zip(r["after"], r["after_restore"], r["after_load"]):
             for k in ("loss", "grad_norm", "kl", "entropy"):
+                # exact: the same process replays the same ops in the same order
                 assert a[k] == b[k] == c[k], k
         assert r["after"][0]["loss"] != r["after"][1]["loss"]   # not a trivial replay
 
@@ -167,10 +193,9 @@ def test_cuda_trainer_matches_cpu(tmp_path):
     opts = {"tp": 1, "dp": 1, "steps": 3, "lr": 3e-4, "save_hf": True, "micro_batch_tokens": 32}
     cpu = spawn_trainers(opts, tmp_path / "cpu")[0]
     gpu = spawn_trainers({**opts, "device": "cuda"}, tmp_path / "cuda")[0]
-    for a, b in zip(cpu["logprobs0"], gpu["logprobs0"]):
-        assert b == pytest.approx(a, abs=1e-4)
-    for a, b in zip(cpu["metrics"], gpu["metrics"]):
-        assert b["loss"] == pytest.approx(a["loss"], rel=1e-3, abs=1e-5)
-        assert b["grad_norm"] == pytest.approx(a["grad_norm"], rel=1e-3)
-    for name, w in cpu["hf"].items():
-        assert torch.allclose(gpu["hf"][name].cpu().float(), w.float(), atol=1e-4), name
+    b = make_batch(0)
+    tol = logprob_tol(load_spec(), max(len(x) for x in b.input_ids),
+                      max(abs(x) for r in cpu["logprobs0"] for x in r))
+    for a, g in zip(cpu["logprobs0"], gpu["logprobs0"]):
+        assert g == pytest.approx(a, abs=tol)
+    _assert_same_training(gpu, cpu, b, lr=3e-4)

@@ -9,6 +9,9 @@ pytest.importorskip("megatron.core")
 ray = pytest.importorskip("ray")
 
 
+from tests.exec._tolerance import logprob_tol  # noqa: E402
+
+
 @pytest.mark.slow
 def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment, actor_path):
     from yatt.exec.env import worker_env
@@ -29,7 +32,9 @@ def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment,
     try:
         t0 = ray.get(trainer.logprobs.remote([seq], [p]))[0]
         e0 = ray.get(engine.score.remote(seq, p))
-        assert max(abs(a - b) for a, b in zip(t0, e0)) < 1e-4
+        # Megatron's kernels against vLLM's on the same weights: within the forward's rounding
+        tol = lambda ref: logprob_tol(exp.actor, len(seq), max(abs(x) for x in ref))  # noqa: E731
+        assert max(abs(a - b) for a, b in zip(t0, e0)) <= tol(t0)
         items = [TrainItem(i, tuple(seq[:p] + [20 + i, 21, 22]), p, 1.0 if i % 2 else -1.0)
                  for i in range(4)]
         ray.get(trainer.stage.remote(items))
@@ -39,7 +44,7 @@ def test_rollout_logprobs_match_trainer_after_sync(ray_cluster, demo_experiment,
         assert max(abs(a - b) for a, b in zip(t0, t1)) > 1e-3     # the step changed weights
         ray.get(engine.update_weights.remote(trainer.hf_state_dict.remote()))
         e1 = ray.get(engine.score.remote(seq, p))
-        assert max(abs(a - b) for a, b in zip(t1, e1)) < 1e-4
+        assert max(abs(a - b) for a, b in zip(t1, e1)) <= tol(t1)
     finally:
         ray.get(trainer.shutdown.remote())
         ray.kill(trainer)

@@ -12,7 +12,8 @@ from yatt.core import (ClusterSpec, EngineSpec, Experiment, InputError, LengthDi
 from yatt.core.roles import DistKind
 from yatt.planner.costmodel import AnalyticCostModel, Efficiency
 from yatt.planner.search import search
-from yatt.planner.splitsearch import search_split
+from yatt.planner.space import partial_splits
+from yatt.planner.splitsearch import local_split, search_split
 
 
 def _exp(gpus=16, actor="Qwen2.5-1.5B", genrm="Qwen2.5-7B", gpu="H100-SXM", per_node=8,
@@ -97,7 +98,25 @@ def test_reference_tp_follows_engine_tp_choices():
     cost = AnalyticCostModel.for_experiment(exp)
     exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
     ev = _Evaluator(exp, cost)
-    plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2))
+    plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2, 1))
     assert plan.placement(Role.TRAINER).tp == 2 and plan.placement(Role.REFERENCE).tp == 1
     exp2 = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1, 2)))
-    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2)).placement(Role.REFERENCE).tp == 2
+    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2, 1)).placement(Role.REFERENCE).tp == 2
+
+
+def test_local_split_simulates_its_only_split():
+    calls = []
+    best, _, method, n = local_split(lambda r: calls.append(r) or 1.0, [4], 0.5)
+    assert (best, method, n) == (4, "local", 1) and calls == [4]
+
+
+@pytest.mark.parametrize("tps", [(1, 2, 4), (2, 4)])
+def test_split_reports_count_what_they_simulated(tps):
+    # 8 GPUs: the tp4/tp4 pair has one legal split, searched by the local hill-climb
+    exp = _exp(gpus=8, genrm="Qwen2.5-7B", tps=tps)
+    res = search(exp, AnalyticCostModel.for_experiment(exp), seeds=1)
+    assert res.split_reports
+    for r in res.split_reports:
+        assert 1 <= r.evaluated <= r.splits, r
+        assert r.best_rollout_devices in partial_splits(exp, r.rollout_tp, r.genrm_tp)
+    assert sum(r.evaluated for r in res.split_reports) <= res.simulations

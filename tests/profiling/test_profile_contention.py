@@ -3,7 +3,7 @@
 Slow (a local Ray session with two worker actors that each start vLLM and a Megatron
 trainer: ~1-3 minutes).
 It checks the mechanics and that every op was timed, not the ratios: those depend on the
-box's load (see README "Sim-to-real fidelity")."""
+box's load (docs/fidelity.md)."""
 from __future__ import annotations
 
 from pathlib import Path

@@ -53,3 +53,18 @@ def test_import_is_light():
             "bad=[m for m in ('matplotlib','torch','ray','vllm','megatron') if m in sys.modules]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_gantt_lanes_name_every_role_on_their_devices():
+    from yatt.sim.gantt import _device_groups
+    for mode in (Mode.COLOCATE, Mode.PARTIAL):
+        tr = _trace(mode, steps=1)
+        plan = tr.meta.plan
+        groups = _device_groups(tr)
+        assert sorted(d for _, devs in groups for d in devs) == list(range(plan.cluster.num_gpus))
+        for label, devs in groups:
+            for d in devs:
+                placed = {p.role.value for p in plan.placements if d in p.devices}
+                assert set(label.split("+")) == placed, (mode, label, d)
+        if mode is Mode.COLOCATE:  # one block, every role on it
+            assert len(groups) == 1 and {"rollout", "genrm", "trainer"} <= set(groups[0][0].split("+"))

@@ -38,11 +38,29 @@ def wide_console(min_width: int = 140):
     return Console(width=max(Console().width, min_width))
 
 
-def needs_exec(verb: str, err: ImportError) -> InputError:
-    """The one line for a verb that needs the executor stack on a light install."""
-    return InputError(f"needs the exec install ({err.name} is missing); allowed: "
-                      "`bash scripts/install.sh exec` or `pip install 'yatt[exec]'`",
-                      field=f"yatt {verb}")
+# What the exec install adds (pyproject's `exec` extra), cheapest imports first.
+EXEC_MODULES = ("psutil", "safetensors", "tokenizers", "transformers", "torch", "megatron.core",
+                "ray", "vllm")
+
+
+def needs_exec(verb: str, err: ImportError, module: str = "") -> InputError:
+    """The one line for a verb that needs the executor stack on a light install (the CLI
+    prefixes it with `yatt VERB: error:`)."""
+    missing = err.name or module or "a dependency"
+    return InputError(f"needs the exec install ({missing} is missing); allowed: "
+                      "`bash scripts/install.sh exec` or `pip install 'yatt[exec]'`")
+
+
+def require_exec(verb: str) -> None:
+    """Import the whole exec stack now, so a light install fails here in one line rather
+    than deep inside the verb with a traceback."""
+    import importlib
+
+    for m in EXEC_MODULES:
+        try:
+            importlib.import_module(m)
+        except ImportError as e:
+            raise needs_exec(verb, e, m) from None
 
 
 def profile_arg(path: Optional[str]):
@@ -52,6 +70,14 @@ def profile_arg(path: Optional[str]):
     from yatt.planner.profile_io import load_profile
 
     return load_profile(path)
+
+
+def cost_model_line(path: Optional[str], profile: Any) -> str:
+    """Which cost model a verb uses, in one line."""
+    if not path:
+        return "cost model: analytic defaults"
+    kind = "measured tables" if getattr(profile, "tables", None) is not None else "efficiencies"
+    return f"cost model: profile {path} ({kind})"
 
 
 def efficiency_arg(path: Optional[str]):

@@ -11,10 +11,10 @@ from typing import Sequence
 
 from yatt.core.errors import InputError
 
-from . import calibrate, demo, plan, profile, replay, run
+from . import calibrate, demo, export, plan, profile, replay, run
 from .common import Parser
 
-VERBS = (plan, run, replay, calibrate, profile, demo)
+VERBS = (plan, run, export, replay, calibrate, profile, demo)
 
 
 def build_parser() -> Parser:

@@ -7,7 +7,10 @@ anything is written.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 from pathlib import Path
+from typing import Optional
 
 from rich.console import Console
 from rich.table import Table
@@ -20,10 +23,15 @@ from yatt.core.roles import Mode, Role
 from yatt.planner.breakdown import role_facts
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.explain import dp_text, peak_memory, why_winner
-from yatt.planner.search import SearchResult, search
-from yatt.planner.sizes import parse_gpu_sizes, resize
+from yatt.planner.advice import PlanResult
+from yatt.planner.emit import Framework
+from yatt.planner.ranking import write_csv
+from yatt.planner.search import SearchResult
+from yatt.planner.sizes import parse_gpu_sizes
 
-from .common import LazyProgress, config_or_bundled, profile_arg
+from .common import LazyProgress, config_or_bundled, cost_model_line, profile_arg
+from .plan_emit import emit_all, parse_frameworks, write_emitted
+from .plan_report import cost_table, given_table, scaling_table
 
 
 def _gb(x: float) -> str:
@@ -55,7 +63,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
             t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), "none", f"{f.weights_gb:.1f}",
                       "", "", "", "", "does not fit", "")
             continue
-        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), str(f.min_tp), _gb(m.weights),
+        t.add_row(f.role.value, f.model, _count(f.params_b * 1e9), f.layout, _gb(m.weights),
                   _gb(m.grads), _gb(m.optimizer), _gb(m.activations), _gb(m.kv_cache),
                   f"{_gb(m.total)}/{_gb(m.capacity)}", f"{f.kv_tokens:,}" if f.kv_tokens else "")
     console.print(t)
@@ -65,7 +73,7 @@ def print_breakdown(console: Console, exp: Experiment, cost: AnalyticCostModel) 
     u.add_column("time", justify="right")
     for f in facts:
         for label, secs in f.unit_costs:
-            u.add_row(f"{f.role.value} (TP{f.min_tp})", label, _secs(secs))
+            u.add_row(f"{f.role.value} (TP{f.layout})", label, _secs(secs))
     console.print(u)
 
 
@@ -79,23 +87,31 @@ def _header(exp: Experiment) -> str:
 
 
 def ranked_table(result: SearchResult, top: int) -> Table:
-    t = Table(title=f"Top placements (simulated step time, mean±std over {len(result.best.step_times)} seeds)",
-              title_justify="left")
+    n_seeds = len(result.best.step_times)
+    t = Table(title=f"Top placements (simulated step time, mean±std over {n_seeds} seeds)",
+              title_justify="left", caption_justify="left")
     for col in ("#", "mode", "rollout", "GenRM", "trainer", "step s", "samples/s", "tokens/s",
                 "util%", "bubble%", "peak/cap GB"):
         t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
     rows = list(enumerate(result.ranked, 1))[:top]
+    extra = []
     for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
         if not any(c.plan.mode is mode for _, c in rows):
-            rows += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
-    for i, c in rows:
-        st = c.stats
+            extra += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
+    marked = {i for i, _ in extra}
+    for i, c in rows + extra:
         peak, cap = peak_memory(c.plan)
-        t.add_row(str(i), c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT), dp_text(c.plan, Role.GENRM),
-                  dp_text(c.plan, Role.TRAINER), f"{c.mean:.1f}±{c.spread:.1f}",
-                  f"{st.samples_per_s:.2f}", f"{st.tokens_per_s:,.0f}",
-                  f"{(1 - st.bubble_fraction) * 100:.0f}", f"{st.bubble_fraction * 100:.0f}",
-                  f"{_gb(peak)}/{_gb(cap)}")
+        mark = "*" if i in marked else ""
+        t.add_row(f"{i}{mark}", c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT),
+                  dp_text(c.plan, Role.GENRM), dp_text(c.plan, Role.TRAINER),
+                  f"{c.mean:.1f}±{c.spread:.1f}", f"{c.samples_per_s:.2f}", f"{c.tokens_per_s:,.0f}",
+                  f"{(1 - c.bubble) * 100:.0f}", f"{c.bubble * 100:.0f}", f"{_gb(peak)}/{_gb(cap)}")
+    notes = [f"samples/s, tokens/s: trained samples and tokens of the same {n_seeds} seeds "
+             "over their total step time; util%, bubble%: mean over those seeds."]
+    for i, c in extra:
+        notes.append(f"*{i}: the best {c.plan.mode.value} placement, outside --top {top}, "
+                     "shown for the mode comparison.")
+    t.caption = "\n".join(notes)
     return t
 
 
@@ -105,8 +121,7 @@ def explanation(result: SearchResult) -> str:
     other = result.best_of(other_mode)
     lines = []
     if other is not None:
-        lines.append(why_winner(best, other, best.trace, other.trace,
-                                best.stats.bubble_fraction, other.stats.bubble_fraction))
+        lines.append(why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble))
     for r in result.split_reports:
         how = {"local": "hill-climb from the previous optimum",
                "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
@@ -114,104 +129,184 @@ def explanation(result: SearchResult) -> str:
                "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    if result.trainer_note:
+        lines.append(result.trainer_note)
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)
 
 
-def _search(console: Console, exp: Experiment, cost, top: int, quiet: bool, label: str) -> SearchResult:
-    prog = LazyProgress(console, label, enabled=not quiet)
-    try:
-        return search(exp, cost, top=top, progress=prog)
-    finally:
-        prog.close()
-
-
-def write_outputs(out: Path, result: SearchResult) -> list[Path]:
+def write_outputs(out: Path, result: PlanResult) -> list[Path]:
+    """plan.yaml (the best plan with its `predicted:` section), the best's timeline,
+    ranking.csv, and given-plan.yaml when a placement was given."""
     from yatt.core.timeline import write_chrome_trace
     from yatt.sim.gantt import plot_gantt
 
     out.mkdir(parents=True, exist_ok=True)
     best = result.best
     paths = [out / "plan.yaml", out / "timeline.json", out / "timeline.png", out / "ranking.csv"]
-    dump_yaml(best.plan, paths[0])
+    dump_yaml(result.best_plan(), paths[0])
     write_chrome_trace(best.trace, paths[1])
-    plot_gantt(best.trace, paths[2], title=f"{best.plan.describe()}: {best.mean:.1f} s/step")
-    with open(paths[3], "w") as f:
-        f.write("rank,mode,placement,step_s_mean,step_s_spread,samples_per_s,tokens_per_s,bubble\n")
-        for i, c in enumerate(result.ranked, 1):
-            f.write(f"{i},{c.plan.mode.value},{c.plan.describe()},{c.mean:.4f},{c.spread:.4f},"
-                    f"{c.stats.samples_per_s:.4f},{c.stats.tokens_per_s:.1f},{c.stats.bubble_fraction:.4f}\n")
+    n = len(best.step_times)
+    title = (f"{best.plan.describe()}: seed 0 drawn, {best.step_times[0]:.1f} s/step"
+             + (f" (mean over {n} seeds {best.mean:.1f} s)" if n > 1 else ""))
+    plot_gantt(best.trace, paths[2], title=title)
+    write_csv(result.rows(), paths[3])
+    given = result.given_plan()
+    if given is not None:
+        paths.append(out / "given-plan.yaml")
+        dump_yaml(given, paths[-1])
     return paths
 
 
-def write_scaling(out: Path, rows: list[tuple[int, str, float, float]]) -> list[Path]:
+def scaling_figure(rows: list[tuple[int, str, float, float]]):
+    """samples/s against cluster size per mode, ticks at the plain GPU counts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    csv, png = out / "scaling.csv", out / "scaling.png"
-    with open(csv, "w") as f:
-        f.write("gpus,mode,step_s,samples_per_s\n")
-        for g, mode, st, sps in rows:
-            f.write(f"{g},{mode},{st:.4f},{sps:.4f}\n")
     fig, ax = plt.subplots(figsize=(7, 4))
     for mode in sorted({r[1] for r in rows}):
         pts = [(g, sps) for g, m, _, sps in rows if m == mode]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=mode)
+    sizes = sorted({r[0] for r in rows})
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sizes, [str(g) for g in sizes])  # plain GPU counts, not powers of two
+    ax.minorticks_off()
     ax.set_xlabel("GPUs")
     ax.set_ylabel("samples / s (simulated)")
     ax.set_title("Throughput vs cluster size, best placement per mode")
     ax.grid(alpha=0.3)
     ax.legend()
     fig.tight_layout()
+    return fig
+
+
+def write_scaling(out: Path, result: PlanResult) -> list[Path]:
+    import csv as _csv
+
+    import matplotlib.pyplot as plt
+
+    csv, png = out / "scaling.csv", out / "scaling.png"
+    rows = [r.as_dict(result.pricing) for r in result.scaling]
+    with open(csv, "w", newline="") as f:
+        w = _csv.DictWriter(f, fieldnames=SCALING_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r[k] is None else r[k]) for k in SCALING_COLUMNS})
+    fig = scaling_figure([(r.gpus, r.mode.value, r.step_s, r.samples_per_s) for r in result.scaling])
     fig.savefig(png, dpi=120)
     plt.close(fig)
     return [csv, png]
 
 
+SCALING_COLUMNS = ["gpus", "mode", "step_s", "samples_per_s", "samples_per_s_per_gpu",
+                   "gpu_hours_per_step", "gpu_hours_run", "dollars_run", "placement"]
+
+
+def _json_target(text: Optional[str], out: Path) -> Optional[Path]:
+    """--json: None (no flag), '-' (stdout) as Path('-'), or a file path."""
+    if text is None:
+        return None
+    if text == "":
+        return out / "summary.json"
+    p = Path(text)
+    if text != "-" and p.is_dir():
+        raise InputError("is a directory; allowed: a file path, or - for stdout", field="--json",
+                         file=text)
+    return p
+
+
 def run_plan_command(args: argparse.Namespace) -> int:
-    config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
-    exp = load_experiment(config)
-    if args.top < 1:
-        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    from yatt.core.config import is_plan_file, load_plan
+    from yatt.planner.advice import plan_experiment, scaling, with_scaling
+    from yatt.planner.costs import Pricing
+    from yatt.planner.placement_text import parse_placement
     from yatt.planner.profiled import cost_model_for, experiment_for
 
+    # ---- validate everything first: nothing is searched or written on bad input ---------
+    config = config_or_bundled(args.config, DEFAULT_EXPERIMENT)
+    if args.top < 1:
+        raise InputError(f"got {args.top}; allowed: an integer >= 1", field="--top")
+    pricing = Pricing(args.steps if args.steps is not None else 1, args.price_per_gpu_hour)
+    frameworks = parse_frameworks(args.emit)
+    out = Path(args.out)
+    json_to = _json_target(args.json, out)
+    given = None
+    if is_plan_file(config):
+        if args.placement is not None:
+            raise InputError(f"{config} is a plan file; --placement applies to experiment configs",
+                             field="--placement")
+        given = load_plan(config)
+        exp = given.experiment
+    else:
+        exp = load_experiment(config)
     profile = profile_arg(args.profile)
     exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
+    if args.placement is not None:
+        given = parse_placement(args.placement, exp)
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
     cost = cost_model_for(exp, profile)
-    console = Console(width=max(Console().width, 140))
+    label = f"profile {args.profile}" if args.profile else "analytic defaults"
+
+    # ---- plan --------------------------------------------------------------------------
+    to_stdout = json_to is not None and str(json_to) == "-"
+    console = Console(width=max(Console().width, 140), stderr=to_stdout)
     console.print(_header(exp))
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if args.breakdown:
         print_breakdown(console, exp, cost)
+    prog = LazyProgress(console, "searching placements", enabled=not args.no_progress)
     try:
-        result = _search(console, exp, cost, args.top, args.no_progress, "searching placements")
+        result = plan_experiment(exp, cost, cost_label=label, given=given, top=args.top,
+                                 pricing=pricing, progress=prog)
     except InputError as e:
         raise e.within(file=str(config)) from None
-    console.print(ranked_table(result, args.top))
-    console.print(explanation(result))
-    out = Path(args.out)
+    finally:
+        prog.close()
+    console.print(ranked_table(result.search, args.top))
+    console.print(explanation(result.search))
+    if result.given is not None:
+        console.print(given_table(result))
+        console.print(result.gap())
+    console.print(cost_table(result))
+    if sizes:
+        progs: list[LazyProgress] = []
+
+        def progress_for(g: int) -> LazyProgress:
+            progs.append(LazyProgress(console, f"{g} GPUs", enabled=not args.no_progress))
+            return progs[-1]
+
+        rows, problems = scaling(exp, sizes, lambda e: cost_model_for(e, profile), progress_for,
+                                 done=lambda: progs[-1].close())
+        for p in problems:
+            console.print(f"[yellow]{p}[/]")
+        result = with_scaling(result, rows, problems)
+        console.print(scaling_table(result))
+    emitted = emit_all(console, result, frameworks, not args.no_progress)
+
+    # ---- write -------------------------------------------------------------------------
     paths = write_outputs(out, result)
     if sizes:
-        rows = []
-        for g in sizes:
-            sub = resize(exp, g)
-            try:
-                r = _search(console, sub, cost_model_for(sub, profile), 1,
-                            args.no_progress, f"{g} GPUs")
-            except InputError as e:
-                console.print(f"[yellow]{g} GPUs: {e.message}[/]")
-                continue
-            for mode in (Mode.COLOCATE, Mode.PARTIAL):
-                c = r.best_of(mode)
-                if c is not None:
-                    rows.append((g, mode.value, c.mean, c.stats.samples_per_s))
-        paths += write_scaling(out, rows)
+        paths += write_scaling(out, result)
+    paths += write_emitted(out, emitted)
+    if json_to is not None:
+        summary = result.summary()
+        summary["emit"] = [e.as_dict() for e in emitted]
+        text = json.dumps(summary, indent=1, allow_nan=False, default=_json_default) + "\n"
+        if to_stdout:
+            sys.stdout.write(text)
+        else:
+            json_to.parent.mkdir(parents=True, exist_ok=True)
+            json_to.write_text(text)
+            paths.append(json_to)
     console.print("wrote " + ", ".join(str(p) for p in paths))
     return 0
+
+
+def _json_default(x: object) -> object:
+    raise TypeError(f"not JSON-serialisable: {type(x).__name__}")
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -219,11 +314,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description="Search placements (mode, GPU split, TP/DP) for an experiment, "
                                    "simulate them, and write plan.yaml plus a timeline.")
     p.add_argument("config", nargs="?", default=None,
-                   help=f"experiment YAML (default: the bundled {DEFAULT_EXPERIMENT})")
+                   help=f"experiment YAML, or a plan.yaml to score against the best "
+                        f"(default: the bundled {DEFAULT_EXPERIMENT})")
     p.add_argument("--out", default="out/plan", help="output directory (default: out/plan)")
     p.add_argument("--top", type=int, default=5, help="rows in the ranked table (default: 5)")
     p.add_argument("--gpus", default=None, help="comma-separated cluster sizes for a scaling curve")
     p.add_argument("--profile", default=None, help="profile.yaml from `yatt profile`/`yatt calibrate`")
     p.add_argument("--breakdown", action="store_true", help="also print per-role memory and unit costs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--placement", default=None, metavar="TEXT",
+                   help="also score this placement against the best, e.g. "
+                        "\"partial R4(tp2) G44(tp4) T48(tp1)\" (docs/plan.md)")
+    p.add_argument("--json", nargs="?", const="", default=None, metavar="PATH",
+                   help="write a JSON summary (default OUT/summary.json; - for stdout)")
+    p.add_argument("--steps", type=int, default=None, metavar="N",
+                   help="price a run of N steps (GPU-hours, wall hours; default 1)")
+    p.add_argument("--price-per-gpu-hour", type=float, default=None, metavar="X",
+                   help="dollars per GPU-hour: adds dollars to the cost table")
+    p.add_argument("--emit", default=None, metavar="FRAMEWORK",
+                   help="translate the best placement into settings for "
+                        f"{'|'.join(f.value for f in Framework)} (comma-separated for several)")
     p.set_defaults(func=run_plan_command)

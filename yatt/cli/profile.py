@@ -12,7 +12,7 @@ from pathlib import Path
 
 from yatt.core.errors import InputError
 
-from .common import needs_exec
+from .common import require_exec
 
 DEVICES = ("cpu", "cuda")
 
@@ -40,19 +40,12 @@ def profile_command(args: argparse.Namespace) -> int:
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
         raise InputError("not a writable file path", field="--out", file=str(out))
+    require_exec("profile")
     if args.device == "cuda":  # GPU path: written, untested in this project's CI
-        try:
-            import torch
-        except ImportError as e:
-            raise needs_exec("profile", e) from None
+        import torch
+
         if not torch.cuda.is_available():
             raise InputError("no CUDA device on this machine; allowed: --device cpu", field="--device")
-    try:
-        import ray  # noqa: F401
-        import torch  # noqa: F401
-        import vllm  # noqa: F401
-    except ImportError as e:
-        raise needs_exec("profile", e) from None
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

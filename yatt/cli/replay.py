@@ -76,20 +76,27 @@ def whatif_table(rep, rows):
 
     t = Table(title="What if (each row replays the recorded steps; speed-up vs the replayed "
                     "recorded plan)", title_justify="left")
-    for col in ("scenario", "GPUs", "placement", "step s", "samples/s", "speed-up"):
+    for col in ("scenario", "GPUs", "placement", "step s", "samples/s", "samples/s/GPU", "speed-up"):
         t.add_column(col, justify="left" if col in ("scenario", "placement") else "right")
     plan = rep.recorded.meta.plan
     n = plan.cluster.num_gpus
     t.add_row("recorded (measured)" if rep.recorded.meta.source.value == "measured" else "recorded",
               f"{n} {plan.cluster.gpu.name}", plan.describe(),
-              f"{rep.recorded_stats.step_time_mean:.2f}", f"{rep.recorded_stats.samples_per_s:.2f}", "")
+              f"{rep.recorded_stats.step_time_mean:.2f}", f"{rep.recorded_stats.samples_per_s:.2f}",
+              _per_gpu(rep.recorded_stats.samples_per_s, n), "")
     t.add_row("recorded plan, replayed", f"{n} {plan.cluster.gpu.name}", plan.describe(),
               f"{rep.predicted_stats.step_time_mean:.2f}", f"{rep.predicted_stats.samples_per_s:.2f}",
-              "1.00x")
+              _per_gpu(rep.predicted_stats.samples_per_s, n), "1.00x")
     for w in rows:
         t.add_row(w.label, f"{w.gpus} {w.gpu}", w.plan.describe(), f"{w.step_s:.2f}",
-                  f"{w.stats.samples_per_s:.2f}", f"{w.speedup:.2f}x")
+                  f"{w.stats.samples_per_s:.2f}", _per_gpu(w.stats.samples_per_s, w.gpus),
+                  f"{w.speedup:.2f}x")
     return t
+
+
+def _per_gpu(samples_per_s: float, gpus: int) -> str:
+    """Samples/s per GPU: how efficiently a cluster size is used (the cost view)."""
+    return f"{samples_per_s / gpus:.4f}" if gpus else ""
 
 
 def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
@@ -99,18 +106,25 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
     import matplotlib.pyplot as plt
 
     csv, png = out / "scaling.csv", out / "scaling.png"
-    with open(csv, "w") as f:
-        f.write("scenario,gpus,gpu,mode,placement,step_s,samples_per_s,speedup\n")
-        plan = rep.recorded.meta.plan
-        f.write(f"recorded,{plan.cluster.num_gpus},{plan.cluster.gpu.name},{plan.mode.value},"
-                f"{plan.describe()},{rep.recorded_stats.step_time_mean:.4f},"
-                f"{rep.recorded_stats.samples_per_s:.4f},\n")
-        f.write(f"recorded plan replayed,{plan.cluster.num_gpus},{plan.cluster.gpu.name},"
-                f"{plan.mode.value},{plan.describe()},{rep.predicted_stats.step_time_mean:.4f},"
-                f"{rep.predicted_stats.samples_per_s:.4f},1.0000\n")
+    import csv as csvmod
+
+    plan = rep.recorded.meta.plan
+    n, gname = plan.cluster.num_gpus, plan.cluster.gpu.name
+    with open(csv, "w", newline="") as f:
+        w_ = csvmod.writer(f)  # a placement label may hold commas ("tp2,pp2")
+        w_.writerow(["scenario", "gpus", "gpu", "mode", "placement", "step_s", "samples_per_s",
+                     "speedup", "samples_per_s_per_gpu"])
+        rs, ps = rep.recorded_stats, rep.predicted_stats
+        w_.writerow(["recorded", n, gname, plan.mode.value, plan.describe(),
+                     f"{rs.step_time_mean:.4f}", f"{rs.samples_per_s:.4f}", "",
+                     f"{rs.samples_per_s / n:.5f}"])
+        w_.writerow(["recorded plan replayed", n, gname, plan.mode.value, plan.describe(),
+                     f"{ps.step_time_mean:.4f}", f"{ps.samples_per_s:.4f}", "1.0000",
+                     f"{ps.samples_per_s / n:.5f}"])
         for w in rows:
-            f.write(f"{w.label},{w.gpus},{w.gpu},{w.mode.value},{w.plan.describe()},{w.step_s:.4f},"
-                    f"{w.stats.samples_per_s:.4f},{w.speedup:.4f}\n")
+            w_.writerow([w.label, w.gpus, w.gpu, w.mode.value, w.plan.describe(), f"{w.step_s:.4f}",
+                         f"{w.stats.samples_per_s:.4f}", f"{w.speedup:.4f}",
+                         f"{w.stats.samples_per_s / w.gpus:.5f}"])
     fig, ax = plt.subplots(figsize=(10, 4.5))
     for mode in sorted({w.mode for w in rows}, key=lambda m: m.value):
         pts = sorted((w.gpus, w.stats.samples_per_s) for w in rows if w.mode is mode)
@@ -142,7 +156,7 @@ def write_scaling_curve(out: Path, rep, rows, title: str) -> list[Path]:
 
 def run_replay_command(args: argparse.Namespace) -> int:
     from yatt.planner.profiled import cost_model_for
-    from yatt.planner.replay import replay, sample_steps, what_if
+    from yatt.planner.replay import CALIBRATE_ABOVE, median_phase_error, replay, sample_steps, what_if
 
     # ---- validate everything first -------------------------------------------------------
     trace = Trace.read_jsonl(args.trace)
@@ -172,6 +186,11 @@ def run_replay_command(args: argparse.Namespace) -> int:
     finally:
         prog.close()
     console.print(phase_table(rep))
+    err = median_phase_error(rep)
+    if err > CALIBRATE_ABOVE:
+        console.print(f"median per-phase error {err * 100:.0f}% (> {CALIBRATE_ABOVE * 100:.0f}%): the trace "
+                      f"ran at other efficiencies; fit them with `yatt calibrate {args.trace} -o "
+                      "profile.yaml` and replay with --profile profile.yaml", markup=False, soft_wrap=True)
     console.print(whatif_table(rep, rows))
     best = min(rows, key=lambda w: w.step_s, default=None)
     if best is not None:

@@ -16,11 +16,11 @@ from rich.console import Console
 from yatt.core.bundled import DEMO_EXPERIMENT
 from yatt.core.config import is_plan_file, load_experiment, load_plan
 from yatt.core.errors import InputError
-from yatt.core.plan import Plan
+from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
 from yatt.core.runnable import check_runnable
 
-from .common import config_or_bundled, needs_exec, phase_table, profile_arg
+from .common import config_or_bundled, cost_model_line, needs_exec, phase_table, profile_arg
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -37,8 +37,8 @@ def fidelity_report(console: Console, trace, cost) -> None:
     from yatt.core.trace import Trace
     from yatt.planner.replay import replay
 
-    # Step 0 pays one-off process warm-up the simulator does not model (see README,
-    # "Sim-to-real fidelity"); it is left out whenever a later step exists.
+    # Step 0 pays one-off process warm-up the simulator does not model (docs/fidelity.md);
+    # it is left out whenever a later step exists.
     skip = 1 if len({s.step for s in trace.samples}) > 1 else 0
     if skip:
         trace = Trace(trace.meta, tuple(s for s in trace.samples if s.step >= skip),
@@ -69,6 +69,42 @@ def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
     return dataclasses.replace(plan, experiment=exp)
 
 
+def _prepare(exp: Experiment, seed: int, steps: int):
+    """The executor's check of the job (models, data, reward, judge) before anything starts."""
+    try:
+        from yatt.exec.env import has_cuda
+        from yatt.exec.job import prepare_job
+    except ImportError as e:
+        raise needs_exec("run", e) from None
+    return prepare_job(exp, seed, steps, cpu=not has_cuda())
+
+
+def _with_data_lengths(exp: Experiment, job) -> Experiment:
+    """The experiment with its workload's prompt lengths measured on the train data (the
+    simulator then plans the user's real prompts)."""
+    from yatt.exec.job import prompt_len_dist
+    cap = exp.data.max_prompt_len or exp.workload.prompt_len.upper()
+    dist = prompt_len_dist(job, cap)
+    if dist is None:
+        return exp
+    # the cap is pinned: it must not move with the measured lengths (a resumed run reads it)
+    return dataclasses.replace(exp, workload=dataclasses.replace(exp.workload, prompt_len=dist),
+                               data=dataclasses.replace(exp.data, max_prompt_len=cap))
+
+
+def _worker_failed(e: Exception) -> int:
+    """One line for a worker that died or raised (its last error and its full log), exit 1;
+    anything else is re-raised."""
+    import sys
+
+    from yatt.exec.worker_errors import describe
+    line = describe(e)
+    if line is None:
+        raise e
+    print(f"yatt run: error: {line}", file=sys.stderr)
+    return 1
+
+
 def resume_command(args: argparse.Namespace, console: Console) -> int:
     """`yatt run --resume RUN_DIR`: continue a run from its newest valid checkpoint."""
     try:
@@ -82,14 +118,20 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     info = read_run_file(run_dir)
     plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
     steps = args.steps if args.steps_given else info["steps"]
+    from yatt.exec import checkpoint as ckpt
+    if not ckpt.complete(run_dir):      # nothing to resume: say so before preparing the job
+        ckpt.latest_valid(run_dir, lambda m: None)
+    job = _prepare(plan.experiment, info["seed"], steps)
     console.print(f"resuming {run_dir} ({plan.describe()}) up to {steps} steps")
     try:
         run_plan(plan, steps=steps, out_dir=run_dir, seed=info["seed"],
                  progress=not args.no_progress, ray_address=args.address,
-                 controllers=info["controllers"], resume=True)
+                 controllers=info["controllers"], resume=True, job=job)
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {e}", highlight=False)
         return 1
+    except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
+        return _worker_failed(e)
     console.print(f"run dir: {run_dir}")
     return 0
 
@@ -110,9 +152,17 @@ def run_command(args: argparse.Namespace) -> int:
     profile = profile_arg(args.profile)
     console = Console()
     exp = load_plan(src).experiment if is_plan_file(src) else load_experiment(src)
+    job = None
+    if not is_plan_file(src):
+        # the job first: bad data or code fails before planning, and the plan sees the data
+        try:
+            job = _prepare(exp, args.seed, args.steps)
+        except InputError as e:
+            raise (e.within(file=str(src)) if not e.file else e) from None
+        exp = _with_data_lengths(exp, job)
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
-    console.print(f"cost model: {'profile ' + str(args.profile) if args.profile else 'analytic defaults'}")
+    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
     if not is_plan_file(src):
         exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)
@@ -135,13 +185,19 @@ def run_command(args: argparse.Namespace) -> int:
         raise needs_exec("run", e) from None
     plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
+    if job is None:
+        job = _prepare(plan.experiment, args.seed, args.steps)
     out = Path(args.out)
     try:
         trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
-                         progress=not args.no_progress, ray_address=args.address)
+                         progress=not args.no_progress, ray_address=args.address, job=job)
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {e} (run dir: {out})", highlight=False)
         return 1
+    except InputError:
+        raise
+    except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
+        return _worker_failed(e)
     from yatt.sim.gantt import plot_gantt
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")

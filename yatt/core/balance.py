@@ -10,6 +10,8 @@ its sequences. Every index appears in exactly one bin. `naive`, `greedy` (LPT) a
 `POLICIES`, where GREEDY and KK keep the best of their candidates so that, by max load,
 KK <= GREEDY <= NAIVE always holds (see `guarded_greedy`).
 
+`mini_batches` splits one DP rank's share into the mini-batches of its optimizer steps.
+
 `group_consecutive` is the padded packing the trainer's micro-batches and the reference
 worker's forwards use; it lives here so the profiled cost model charges the same padding.
 """
@@ -43,6 +45,23 @@ def group_consecutive(lengths: Sequence[int], fits: Callable[[int, int], bool]) 
         longest = max(longest, n)
     if cur:
         out.append(cur)
+    return out
+
+
+def mini_batches(share: Sequence[int], k: int) -> list[list[int]]:
+    """One DP rank's share (sequence indices, in order) as `k` consecutive mini-batches, one
+    per optimizer step (`AlgoSpec.mini_batches`), of near-equal count: the first
+    len(share) % k take one more. A rank with fewer than `k` sequences has empty
+    mini-batches (it still joins each step's gradient reduction). Each rank splits its own
+    share, as verl splits its local batch by `ppo_mini_batch_size / dp`."""
+    if k < 1:
+        raise ValueError(f"k must be >= 1, got {k}")
+    n = len(share)
+    out, start = [], 0
+    for m in range(k):
+        size = n // k + (1 if m < n % k else 0)
+        out.append(list(share[start:start + size]))
+        start += size
     return out
 
 

@@ -15,6 +15,8 @@ import yaml
 
 from . import catalog
 from .errors import InputError
+from .hfspec import model_spec_from_hf
+from .jobspec import ChatTemplate
 from .plan import Experiment, Plan
 from .schema import from_dict, show, to_dict
 from .yamlio import parse_yaml
@@ -77,6 +79,13 @@ def _ref(value: Any, base: Path, field: str, by_name: Callable[[str], Any],
 def _model_dict(value: Any, base: Path, field: str) -> Any:
     def by_name(n: str) -> dict:
         return to_dict(catalog.model(n))
+    if isinstance(value, str) and not value.endswith(_YAML_SUFFIXES):
+        d = Path(value) if os.path.isabs(value) else base / value
+        if _is_file(d / "config.json"):      # a Hugging Face checkpoint directory
+            try:
+                return to_dict(model_spec_from_hf(d))
+            except InputError as e:
+                raise e.within(prefix=field) from None
     data, src = _ref(value, base, field, by_name)
     if isinstance(data, dict) and isinstance(data.get("hf_path"), str) and data["hf_path"]:
         p = data["hf_path"]
@@ -111,9 +120,63 @@ def experiment_from_mapping(data: Any, base: Path, file: str = "") -> Experiment
         if "workload" in data:
             data["workload"], _ = _ref(data["workload"], base, "workload",
                                        lambda n: _no_catalog("workload", n))
+        _job_paths(data, base)
         return from_dict(Experiment, data)
     except InputError as e:
         raise e.within(file=file) from None
+
+
+def _abs(value: Any, base: Path) -> Any:
+    """A path string made absolute against `base` (other values pass through: from_dict
+    names their type error)."""
+    if isinstance(value, str) and value and not os.path.isabs(value):
+        return str((base / os.path.expanduser(value)).resolve())
+    return value
+
+
+def _job_paths(data: dict, base: Path) -> None:
+    """Make the job's file references absolute (against the experiment file's folder) and
+    inline `genrm_judge.template_file`, so the plan.yaml written from it stands alone."""
+    sec = data.get("data")
+    if isinstance(sec, dict):
+        sec = dict(sec)
+        for key in ("train", "eval"):
+            if key in sec:
+                sec[key] = _abs(sec[key], base)
+        modes = {m.value for m in ChatTemplate}
+        if isinstance(sec.get("chat_template"), str) and sec["chat_template"] not in modes:
+            sec["chat_template"] = _abs(sec["chat_template"], base)
+        data["data"] = sec
+    rew = data.get("reward")
+    if isinstance(rew, dict) and isinstance(rew.get("function"), str):
+        mod, sep, fn = rew["function"].rpartition(":")
+        if sep and mod.endswith(".py"):
+            rew = {**rew, "function": f"{_abs(mod, base)}:{fn}"}
+        data["reward"] = rew
+    log = data.get("log")
+    if isinstance(log, dict):
+        data["log"] = {**log, **{k: _abs(log[k], base) for k in ("tensorboard", "mlflow")
+                                 if k in log}}
+    judge = data.get("genrm_judge")
+    if isinstance(judge, dict) and "template_file" in judge:
+        judge = dict(judge)
+        ref = judge.pop("template_file")
+        if "template" in judge:
+            raise InputError("give either template or template_file, not both",
+                             field="genrm_judge.template_file")
+        if not isinstance(ref, str) or not ref:
+            raise InputError(f"got {show(ref)}; allowed: a path to a text file",
+                             field="genrm_judge.template_file")
+        path = Path(_abs(ref, base))
+        try:
+            judge["template"] = path.read_bytes().decode("utf-8")
+        except OSError as e:
+            raise InputError(f"cannot read {path}: {e.strerror or e}",
+                             field="genrm_judge.template_file") from None
+        except UnicodeDecodeError as e:
+            raise InputError(f"{path} is not UTF-8 text (byte {e.start})",
+                             field="genrm_judge.template_file") from None
+        data["genrm_judge"] = judge
 
 
 def _no_catalog(kind: str, name: str) -> Any:

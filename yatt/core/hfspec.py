@@ -31,10 +31,11 @@ def model_spec_from_hf(path: str | Path, name: str = ""):
         cfg = json.loads(cfg_file.read_text())
     except json.JSONDecodeError as e:
         raise InputError(f"invalid JSON ({e.msg})", file=str(cfg_file)) from None
+    mt = cfg.get("model_type", "")
     missing = [k for k in _FIELDS.values() if k not in cfg]
     if missing:
-        raise InputError(f"missing {', '.join(missing)}", file=str(cfg_file))
-    mt = cfg.get("model_type", "")
+        raise InputError(f"missing {', '.join(missing)} (model_type {mt or 'unknown'!r}: not a "
+                         "Qwen2/Llama-style decoder config)", file=str(cfg_file))
     data = {f: cfg[k] for f, k in _FIELDS.items()}
     data.update(
         name=name or path.name,

@@ -11,12 +11,12 @@ from typing import Optional
 
 from .errors import InputError
 from .plan import Experiment, Plan, RolePlacement
-from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
+from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, Role
 
 
 def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[int] = None,
-              rollout_tp: int = 1, genrm_tp: int = 1, trainer_tp: int = 1,
-              reference_tp: Optional[int] = None,
+              rollout_tp: int = 1, genrm_tp: int = 1, trainer_tp: int = 1, trainer_pp: int = 1,
+              reference_tp: Optional[int] = None, reference_pp: Optional[int] = None,
               balance: Optional[BalancePolicy] = None, balance_cost: Optional[BalanceCost] = None,
               release: Optional[ReleasePolicy] = None, controllers: Optional[int] = None) -> Plan:
     """A Plan for `mode` on the whole cluster.
@@ -24,13 +24,14 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     colocate: every role on every device. partial: rollout on the first `rollout_devices`
     devices, GenRM on the rest; trainer and reference always on every device.
     `rollout_devices` defaults to half the cluster in partial (ignored in colocate).
-    The reference (an inference-only copy of the actor) uses `reference_tp`, by default the
-    trainer's TP. Policies default to the experiment's SearchSpec. Raises InputError for an
+    The trainer runs `trainer_tp` x `trainer_pp` per model replica. The reference (an
+    inference-only copy of the actor) uses `reference_tp` x `reference_pp`, by default the
+    trainer's TP and PP. Policies default to the experiment's SearchSpec. Raises InputError for an
     invalid split.
     """
     n = experiment.cluster.num_gpus
     everything = tuple(range(n))
-    has_genrm = experiment.algo.reward is RewardSource.GENRM
+    has_genrm = experiment.algo.reward.needs_genrm
     if mode is Mode.PARTIAL and has_genrm:
         r = n // 2 if rollout_devices is None else rollout_devices
         if not 0 < r < n:
@@ -40,12 +41,13 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     else:
         rollout = genrm = everything
     places = [RolePlacement(Role.ROLLOUT, rollout, tp=rollout_tp),
-              RolePlacement(Role.TRAINER, everything, tp=trainer_tp)]
+              RolePlacement(Role.TRAINER, everything, tp=trainer_tp, pp=trainer_pp)]
     if has_genrm:
         places.append(RolePlacement(Role.GENRM, genrm, tp=genrm_tp))
     if experiment.algo.use_reference:
         places.append(RolePlacement(Role.REFERENCE, everything,
-                                    tp=trainer_tp if reference_tp is None else reference_tp))
+                                    tp=trainer_tp if reference_tp is None else reference_tp,
+                                    pp=trainer_pp if reference_pp is None else reference_pp))
     s = experiment.search
     return Plan(mode=mode, placements=tuple(places), experiment=experiment,
                 balance=s.balance if balance is None else balance,

@@ -7,36 +7,48 @@ trace records. A Plan is self-contained: it embeds the Experiment it was made fo
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 from .errors import InputError
+from .prediction import Prediction
 from .roles import BalanceCost, BalancePolicy, Mode, ReleasePolicy, RewardSource, Role
 from .schema import spec_field
+from .jobspec import (ARITH_DATA, BuiltinData, BuiltinReward, DataSpec, Dtype, JudgeSpec, LogSpec,
+                      RewardSpec)
 from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec, Workload
 
 
 @dataclass(frozen=True)
 class SearchSpec:
-    """What the planner may choose from. Empty tuples mean "let the planner decide"."""
+    """What the planner may choose from."""
 
-    modes: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
-    tp_choices: tuple[int, ...] = (1, 2, 4, 8)
-    engine_tp_choices: tuple[int, ...] = ()  # rollout/GenRM engines; empty = tp_choices
-    balance: BalancePolicy = BalancePolicy.KK
-    balance_cost: BalanceCost = BalanceCost.FLOPS
-    controllers: int = spec_field(1, ge=1)
-    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+    modes: tuple[Mode, ...] = spec_field((Mode.COLOCATE, Mode.PARTIAL), help="placement modes to search")
+    tp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="TP sizes tried for each role")
+    engine_tp_choices: tuple[int, ...] = spec_field((), help="TP sizes for rollout/GenRM engines "
+                                                            "(empty: tp_choices)")
+    pp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="trainer pipeline-parallel sizes tried "
+                                                               "(1: no pipeline)")
+    balance: BalancePolicy = spec_field(BalancePolicy.KK, help="how sequences are split over trainer DP "
+                                                               "ranks: naive chunks, greedy LPT or "
+                                                               "Karmarkar-Karp")
+    balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="a sequence's weight when balancing: "
+                                                                   "tokens, or tokens plus the attention term")
+    controllers: int = spec_field(1, ge=1, help="parallel step controllers (1: the driver itself)")
+    release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="what a role does with its memory "
+                                                                    "between full-colocate phases")
     seeds: int = spec_field(3, ge=1, help="seeded steps averaged per candidate")
 
     def __post_init__(self) -> None:
         if not self.modes:
             raise InputError("needs at least one mode; allowed: colocate|partial", field="modes")
-        for name in ("tp_choices", "engine_tp_choices"):
+        for name in ("tp_choices", "engine_tp_choices", "pp_choices"):
             for i, tp in enumerate(getattr(self, name)):
                 if tp < 1:
                     raise InputError(f"got {tp}; allowed: integers >= 1", field=f"{name}[{i}]")
         if not self.tp_choices:
             raise InputError("needs at least one TP size", field="tp_choices")
+        if not self.pp_choices:
+            raise InputError("needs at least one PP size (1: no pipeline)", field="pp_choices")
 
     @property
     def engine_tps(self) -> tuple[int, ...]:
@@ -45,20 +57,49 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class Experiment:
-    name: str
-    cluster: ClusterSpec
-    actor: ModelSpec
-    workload: Workload
-    genrm: Optional[ModelSpec] = None
-    algo: AlgoSpec = AlgoSpec()
-    engine: EngineSpec = EngineSpec()
-    search: SearchSpec = SearchSpec()
-    checkpoint: CheckpointSpec = CheckpointSpec()
+    name: str = spec_field(help="experiment name (shown in tables and traces)")
+    cluster: ClusterSpec = spec_field(help="a path to a cluster .yaml (relative to this file) or inline")
+    actor: ModelSpec = spec_field(help="the policy: a catalog name, a path to a model .yaml or inline")
+    workload: Workload = spec_field(help="a path to a workload .yaml or inline")
+    genrm: Optional[ModelSpec] = spec_field(None, help="the generative reward model, named like actor "
+                                                       "(null: rule reward, algo.reward: rule)")
+    algo: AlgoSpec = spec_field(AlgoSpec(), help="RL algorithm settings")
+    engine: EngineSpec = spec_field(EngineSpec(), help="inference engine settings")
+    search: SearchSpec = spec_field(SearchSpec(), help="what the planner may choose from")
+    checkpoint: CheckpointSpec = spec_field(CheckpointSpec(), help="checkpoints and fault handling")
+    # the user's own job (core/jobspec.py; docs/own-job.md)
+    data: DataSpec = spec_field(ARITH_DATA, help="prompts to train on: a dataset file or the "
+                                                 "built-in arith task")
+    reward: RewardSpec = spec_field(RewardSpec(), help="the rule reward: a function or a built-in, "
+                                                       "and how it mixes with the GenRM")
+    genrm_judge: JudgeSpec = spec_field(JudgeSpec(), help="how the GenRM is asked and how its verdict is read")
+    log: LogSpec = spec_field(LogSpec(), help="where metrics are logged besides metrics.csv")
+    dtype: Dtype = spec_field(Dtype.FLOAT32, help="weights and engines: float32 | bfloat16 "
+                                                  "(bfloat16 runs float32 on CPU)")
 
     def __post_init__(self) -> None:
-        if self.algo.reward is RewardSource.GENRM and self.genrm is None:
-            raise InputError("algo.reward is 'genrm' but no genrm model is given; "
-                             "allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward.needs_genrm and self.genrm is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but no genrm model is "
+                             "given; allowed: set genrm, or algo.reward: rule", field="genrm")
+        if self.algo.reward is not RewardSource.GENRM and self.rule_reward is None:
+            raise InputError(f"algo.reward is '{self.algo.reward.value}' but there is no rule to "
+                             "score with; allowed: reward.function, reward.builtin, or "
+                             "data.answer_key (exact_match)", field="reward")
+
+    @property
+    def rule_reward(self) -> Union[str, BuiltinReward, None]:
+        """The rule reward this experiment scores with: reward.function or reward.builtin,
+        else first_integer for builtin arith data, exact_match when data has an answer_key,
+        else None (then the reward is the GenRM's alone and there is no accuracy metric)."""
+        if self.reward.function:
+            return self.reward.function
+        if self.reward.builtin is not None:
+            return self.reward.builtin
+        if self.data.builtin is BuiltinData.ARITH:
+            return BuiltinReward.FIRST_INTEGER
+        if self.data.answer_key:
+            return BuiltinReward.EXACT_MATCH
+        return None
 
 
 @dataclass(frozen=True)
@@ -80,10 +121,10 @@ class RolePlacement:
     slice of `devices`.
     """
 
-    role: Role
-    devices: tuple[int, ...]
-    tp: int = spec_field(1, ge=1)
-    pp: int = spec_field(1, ge=1)
+    role: Role = spec_field(help="the role this entry places")
+    devices: tuple[int, ...] = spec_field(help="device ids (0..GPUs-1), one TP group after another")
+    tp: int = spec_field(1, ge=1, help="tensor-parallel size")
+    pp: int = spec_field(1, ge=1, help="pipeline-parallel size (the executor runs 1)")
 
     def __post_init__(self) -> None:
         if not self.devices:
@@ -110,13 +151,17 @@ class RolePlacement:
 
 @dataclass(frozen=True)
 class Plan:
-    mode: Mode
-    placements: tuple[RolePlacement, ...]
-    experiment: Experiment
-    balance: BalancePolicy = BalancePolicy.KK
-    balance_cost: BalanceCost = BalanceCost.FLOPS
-    controllers: int = spec_field(1, ge=1)
-    release: ReleasePolicy = ReleasePolicy.OFFLOAD
+    mode: Mode = spec_field(help="colocate: phases in sequence on all devices; partial: rollout and "
+                                 "GenRM on disjoint devices, streaming, then training on all")
+    placements: tuple[RolePlacement, ...] = spec_field(help="one entry per role")
+    experiment: Experiment = spec_field(help="the experiment this plan was made for, resolved and inline")
+    balance: BalancePolicy = spec_field(BalancePolicy.KK, help="as search.balance")
+    balance_cost: BalanceCost = spec_field(BalanceCost.FLOPS, help="as search.balance_cost")
+    controllers: int = spec_field(1, ge=1, help="as search.controllers")
+    release: ReleasePolicy = spec_field(ReleasePolicy.OFFLOAD, help="as search.release")
+    predicted: Optional[Prediction] = spec_field(None, omit_none=True,
+                                                 help="what `yatt plan` predicted for this plan "
+                                                      "(informational; the executor ignores it)")
 
     def __post_init__(self) -> None:
         cluster = self.experiment.cluster
@@ -126,7 +171,7 @@ class Plan:
                 raise InputError(f"role {r.value} is placed twice (first at placements"
                                  f"[{roles.index(r)}])", field=f"placements[{i}].role")
         needed = [Role.ROLLOUT, Role.TRAINER]
-        if self.experiment.algo.reward is RewardSource.GENRM:
+        if self.experiment.algo.reward.needs_genrm:
             needed.append(Role.GENRM)
         if self.experiment.algo.use_reference:
             needed.append(Role.REFERENCE)
@@ -162,6 +207,11 @@ class Plan:
             if a & b:
                 raise InputError("partial colocate needs disjoint rollout and genrm devices; "
                                  f"shared: {sorted(a & b)[:8]}", field="placements")
+        if self.predicted is not None:
+            for i, m in enumerate(self.predicted.memory):
+                if m.role not in roles:
+                    raise InputError(f"memory for role {m.role.value}, which has no placement",
+                                     field=f"predicted.memory[{i}].role")
 
     def placement(self, role: Role) -> RolePlacement:
         for p in self.placements:

@@ -20,7 +20,7 @@ class Phase(str, Enum):
     GENRM = "genrm"
     TRAIN = "train"
     REF_LOGPROB = "ref_logprob"
-    OLD_LOGPROB = "old_logprob"   # the actor's own forward pass before training (recompute)
+    OLD_LOGPROB = "old_logprob"  # the actor's own forward before training (old_logprobs: recompute)
     OFFLOAD = "offload"
     RELOAD = "reload"
     WEIGHT_SYNC = "weight_sync"
@@ -66,8 +66,14 @@ class DistKind(str, Enum):
 
 
 class RewardSource(str, Enum):
-    GENRM = "genrm"
-    RULE = "rule"
+    GENRM = "genrm"          # the GenRM's verdict
+    RULE = "rule"            # the rule reward (`reward:` section)
+    WEIGHTED = "weighted"    # reward.rule_weight * rule + reward.genrm_weight * GenRM
+
+    @property
+    def needs_genrm(self) -> bool:
+        """Whether this source asks a GenRM engine (and so needs a genrm model)."""
+        return self is not RewardSource.RULE
 
 
 class AlgoName(str, Enum):

@@ -10,7 +10,7 @@ and a node holds (vLLM's own tensor parallelism; the Plan already keeps every TP
 inside one node), never pipelined; the reference worker one per TP group (an HF forward
 on the group's first device), never pipelined; the Megatron trainer at any TP x PP x DP
 whose PP divides the layers (the Plan checks that) and whose TP divides the KV heads and
-the vocabulary (`trainer_tp_problem`).
+the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from typing import Optional
 from .errors import InputError
 from .plan import Plan, SearchSpec
 from .roles import Role
-from .specs import ModelSpec
+from .specs import AdamMoments, ModelSpec
 
 # Engine TP sizes the executor runs; None: every size the model and a node allow.
 ENGINE_TP_CHOICES: Optional[tuple[int, ...]] = None
@@ -34,10 +34,14 @@ _INFERENCE = (Role.ROLLOUT, Role.GENRM, Role.REFERENCE)
 
 def executor_search(search: SearchSpec) -> SearchSpec:
     """`search` narrowed to the placements the executor runs."""
-    if ENGINE_TP_CHOICES is None:
-        return search
-    engine = tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES) or ENGINE_TP_CHOICES
-    return dataclasses.replace(search, engine_tp_choices=engine)
+    changes = {}
+    if ENGINE_TP_CHOICES is not None:
+        changes["engine_tp_choices"] = (tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES)
+                                        or ENGINE_TP_CHOICES)
+    if TRAINER_PP_CHOICES is not None:
+        changes["pp_choices"] = (tuple(p for p in search.pp_choices if p in TRAINER_PP_CHOICES)
+                                 or TRAINER_PP_CHOICES)
+    return dataclasses.replace(search, **changes) if changes else search
 
 
 def trainer_tp_problem(model: ModelSpec, tp: int) -> Optional[str]:
@@ -58,6 +62,10 @@ def check_runnable(plan: Plan, steps: int) -> None:
     if steps < 1:
         raise InputError(f"got {steps}; allowed: >= 1", field="steps")
     wl = plan.experiment.workload
+    algo = plan.experiment.algo
+    if algo.adam_moments is not AdamMoments.FP32:
+        raise InputError(f"adam_moments {algo.adam_moments.value} is planned but "
+                         "not executed; allowed: fp32", field="algo.adam_moments")
     if wl.dynamic_sampling and wl.samples_per_prompt < 2:
         raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
                          "every 1-sample group is; allowed: samples_per_prompt >= 2",

@@ -12,8 +12,10 @@ A step is three parts:
                   put the rollout engines back; partial: nothing, replacement prompts
                   stream straight into the still-running engines).
   finish          once the batch is complete: release the generators, bring the trainer
-                  (and reference) in, reference log-probs, train (+ grad sync, per PPO
-                  epoch), release the trainer, bring the generators back, weight sync.
+                  (and reference) in, the actor's own old log-probs (when recomputed),
+                  reference log-probs, train (+ grad sync and optimizer step per
+                  mini-batch, per PPO epoch), release the trainer, bring the generators
+                  back, weight sync.
 
 For a switch stage (OFFLOAD/RELOAD) listing several roles, roles on disjoint devices
 switch concurrently and roles sharing devices switch one after another, in the order given.
@@ -23,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .roles import Mode, Phase, Role
+from .specs import OldLogprobs
 
 
 @dataclass(frozen=True)
@@ -45,15 +48,21 @@ class StepSchedule:
         return tuple(s.phase for s in self.generate + self.finish)
 
 
-def step_schedule(mode: Mode, *, genrm: bool = True, reference: bool = True) -> StepSchedule:
+def step_schedule(mode: Mode, *, genrm: bool = True, reference: bool = True,
+                  old_logprobs: OldLogprobs = OldLogprobs.REUSE) -> StepSchedule:
     """Ordered stages of one RL step for `mode`.
 
     genrm: the reward comes from a GenRM engine (else rule-based, free at rollout end).
     reference: the algorithm needs reference log-probs.
+    old_logprobs: RECOMPUTE adds the trainer's forward over the batch (the PPO ratio's old
+    log-probs, as verl and NeMo-RL compute them) before the reference pass; REUSE takes
+    them from each sequence's first forward in training (no stage).
     """
     gen_roles = (Role.ROLLOUT, Role.GENRM) if genrm else (Role.ROLLOUT,)
     train_roles = (Role.TRAINER, Role.REFERENCE) if reference else (Role.TRAINER,)
     mid: list[Stage] = [Stage(Phase.RELOAD, train_roles)]
+    if old_logprobs is OldLogprobs.RECOMPUTE:
+        mid.append(Stage(Phase.OLD_LOGPROB, (Role.TRAINER,)))
     if reference:
         mid.append(Stage(Phase.REF_LOGPROB, (Role.REFERENCE,)))
     mid.append(Stage(Phase.TRAIN, (Role.TRAINER,)))

@@ -52,9 +52,12 @@ def show(value: Any) -> str:
 
 def spec_field(default: Any = _MISSING, *, ge: float | None = None, gt: float | None = None,
                le: float | None = None, lt: float | None = None, help: str = "",
-               default_factory: Any = _MISSING) -> Any:
-    """A dataclass field with range constraints checked by `from_dict` and `check_ranges`."""
-    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "help": help}
+               default_factory: Any = _MISSING, omit_none: bool = False) -> Any:
+    """A dataclass field with range constraints checked by `from_dict` and `check_ranges`.
+
+    omit_none: `to_dict` leaves the field out while it is None (an optional section that
+    most files do not carry, e.g. a plan's `predicted:`)."""
+    meta = {"ge": ge, "gt": gt, "le": le, "lt": lt, "help": help, "omit_none": omit_none}
     if default_factory is not _MISSING:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
@@ -245,4 +248,5 @@ def _plain(value: Any) -> Any:
 
 def to_dict(obj: Any) -> dict[str, Any]:
     """Plain-data form of a dataclass (enums as values, tuples as lists)."""
-    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj) if f.init}
+    return {f.name: _plain(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+            if f.init and not (f.metadata.get("omit_none") and getattr(obj, f.name) is None)}

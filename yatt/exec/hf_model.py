@@ -25,10 +25,11 @@ _STAMP = "yatt_build.json"
 
 
 class Arch(str, Enum):
-    """HF architectures we can build and convert (both GQA + SwiGLU + RMSNorm)."""
+    """HF architectures we can build and convert (all GQA + SwiGLU + RMSNorm)."""
 
     QWEN2 = "qwen2"   # q/k/v bias always on
-    LLAMA = "llama"   # no biases
+    LLAMA = "llama"   # no biases (Llama 3.x; 3.1+ with llama3 rope scaling)
+    QWEN3 = "qwen3"   # no biases, per-head RMSNorm on q and k (QK-norm)
 
 
 def build_tokenizer(out_dir: str | os.PathLike):
@@ -64,15 +65,17 @@ def _byte_level(token: str) -> str:
     return {" ": "\u0120", "\n": "\u010a"}.get(token, token)
 
 
-def hf_config(spec: ModelSpec, arch: Arch | str = Arch.QWEN2, rope_theta: float = 1e6):
-    """The `transformers` config for `spec` (float32)."""
+def hf_config(spec: ModelSpec, arch: Arch | str = Arch.QWEN2, rope_theta: float = 1e6,
+              rope_scaling: dict | None = None):
+    """The `transformers` config for `spec` (float32). `rope_scaling`: extra rope parameters
+    (e.g. Llama 3.1's {"rope_type": "llama3", "factor": 8.0, ...})."""
     arch = Arch(arch)
     if arch is Arch.QWEN2 and not spec.qkv_bias:
         raise InputError("Qwen2 always has q/k/v biases; use arch=llama for qkv_bias=false",
                          field="qkv_bias")
-    if arch is Arch.LLAMA and spec.qkv_bias:
-        raise InputError("Llama (attention_bias) would also bias o_proj; use qkv_bias=false",
-                         field="qkv_bias")
+    if arch in (Arch.LLAMA, Arch.QWEN3) and spec.qkv_bias:
+        raise InputError(f"{arch.value} (attention_bias) would also bias o_proj; use "
+                         "qkv_bias=false", field="qkv_bias")
     if spec.vocab < len(VOCAB):
         raise InputError(f"vocab {spec.vocab} < tokenizer size {len(VOCAB)}", field="vocab")
     common = dict(vocab_size=spec.vocab, hidden_size=spec.hidden,
@@ -80,11 +83,16 @@ def hf_config(spec: ModelSpec, arch: Arch | str = Arch.QWEN2, rope_theta: float 
                   num_attention_heads=spec.heads, num_key_value_heads=spec.kv_heads,
                   hidden_act="silu", max_position_embeddings=4096, rms_norm_eps=1e-6,
                   tie_word_embeddings=spec.tied_embeddings,
-                  rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
+                  rope_parameters={"rope_type": "default", "rope_theta": rope_theta,
+                                   **(rope_scaling or {})},
                   pad_token_id=0, bos_token_id=1, eos_token_id=2, dtype="float32")
     if arch is Arch.QWEN2:
         from transformers import Qwen2Config
         cfg = Qwen2Config(**common, use_sliding_window=False)
+    elif arch is Arch.QWEN3:
+        from transformers import Qwen3Config
+        cfg = Qwen3Config(**common, attention_bias=False, use_sliding_window=False,
+                          head_dim=spec.dim_head)
     else:
         from transformers import LlamaConfig
         cfg = LlamaConfig(**common, attention_bias=False, mlp_bias=False)
@@ -93,19 +101,20 @@ def hf_config(spec: ModelSpec, arch: Arch | str = Arch.QWEN2, rope_theta: float 
 
 
 def build_hf_model(spec: ModelSpec, out_dir: str | os.PathLike, seed: int,
-                   arch: Arch | str = Arch.QWEN2, rope_theta: float = 1e6) -> Path:
+                   arch: Arch | str = Arch.QWEN2, rope_theta: float = 1e6,
+                   rope_scaling: dict | None = None) -> Path:
     """Build a seeded random HF causal LM for `spec` in out_dir; idempotent via a stamp file.
 
     Saves `model.safetensors`, `config.json`, the tokenizer and `yatt_build.json` (the
     stamp: spec + seed + arch). Returns out_dir. If the stamp matches, nothing is rebuilt.
     """
     import torch
-    from transformers import LlamaForCausalLM, Qwen2ForCausalLM
+    from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM
 
     arch = Arch(arch)
     out = Path(out_dir)
     stamp = {"spec": asdict(spec), "seed": seed, "arch": arch.value, "rope_theta": rope_theta,
-             "vocab": list(VOCAB)}
+             "vocab": list(VOCAB), **({"rope_scaling": rope_scaling} if rope_scaling else {})}
     digest = hashlib.sha256(json.dumps(stamp, sort_keys=True).encode()).hexdigest()
     stamp_path = out / _STAMP
     if stamp_path.exists() and (out / "model.safetensors").exists():
@@ -114,8 +123,9 @@ def build_hf_model(spec: ModelSpec, out_dir: str | os.PathLike, seed: int,
                 return out
         except (ValueError, OSError):
             pass
-    cfg = hf_config(spec, arch, rope_theta)
-    cls = Qwen2ForCausalLM if arch is Arch.QWEN2 else LlamaForCausalLM
+    cfg = hf_config(spec, arch, rope_theta, rope_scaling)
+    cls = {Arch.QWEN2: Qwen2ForCausalLM, Arch.LLAMA: LlamaForCausalLM,
+           Arch.QWEN3: Qwen3ForCausalLM}[arch]
     devnull = torch.random.fork_rng(devices=[])
     with devnull:
         torch.manual_seed(seed)
@@ -126,6 +136,8 @@ def build_hf_model(spec: ModelSpec, out_dir: str | os.PathLike, seed: int,
             for name, p in model.named_parameters():
                 if name.endswith("_proj.bias"):
                     p.normal_(0.0, 0.02)
+                elif name.endswith(("q_norm.weight", "k_norm.weight")):
+                    p.normal_(1.0, 0.1)      # not all ones: tests see the QK-norm layout
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(out), safe_serialization=True)
     build_tokenizer(out)

@@ -17,8 +17,8 @@ def token_logprobs(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     from megatron.core import tensor_parallel
     z = logits.float()
     # vocab_parallel_cross_entropy rewrites its input in place (max-subtract, exp); without
-    # this copy the caller's fp32 logits are garbage afterwards (the entropy of them was
-    # ~log(vocab) whatever the model).
+    # this copy the caller's fp32 logits would be overwritten, and an entropy computed from
+    # them afterwards would be ~log(vocab) whatever the model.
     return -tensor_parallel.vocab_parallel_cross_entropy(z.clone() if z is logits else z, labels)
 
 

@@ -1,7 +1,8 @@
-"""Build a Megatron-Core GPTModel that mirrors an HF Qwen2/Llama checkpoint.
+"""Build a Megatron-Core GPTModel that mirrors an HF Qwen2/Llama/Qwen3 checkpoint.
 
 Why: the trainer and the conversion tests need the same model construction (local layer
-spec, RMSNorm, SwiGLU, GQA, rotary with the checkpoint's rope theta, qkv bias, tied
+spec, RMSNorm, SwiGLU, GQA, rotary with the checkpoint's rope theta (and Llama 3.1's
+scaling), qkv bias, Qwen3's QK-norm, tied
 embeddings, fp32, no dropout). `HfMeta` carries the few architecture facts that live in
 the checkpoint's config.json rather than in our `ModelSpec`. At PP > 1 each stage builds
 only its `StageSlice` (hf_convert.py) of the model; the config then also says what
@@ -30,6 +31,11 @@ class HfMeta:
     arch: Arch
     rope_theta: float
     rms_eps: float
+    rope_factor: float = 0.0     # Llama 3.1+ "llama3" rope scaling factor (0: none)
+
+    @property
+    def qk_norm(self) -> bool:
+        return self.arch is Arch.QWEN3
 
     @classmethod
     def read(cls, hf_path: str | Path) -> "HfMeta":
@@ -37,11 +43,13 @@ class HfMeta:
         mt = cfg.get("model_type")
         if mt not in (a.value for a in Arch):
             raise InputError(f"unsupported HF model_type {mt!r}", field="hf_path")
-        rope = cfg.get("rope_parameters") or {}
-        if rope.get("rope_type", "default") != "default":
-            raise InputError(f"rope scaling {rope.get('rope_type')!r} not supported", field="hf_path")
+        rope = cfg.get("rope_parameters") or cfg.get("rope_scaling") or {}
+        kind = rope.get("rope_type", rope.get("type", "default"))
+        if kind not in ("default", "llama3"):
+            raise InputError(f"rope scaling {kind!r} not supported", field="hf_path")
         theta = rope.get("rope_theta", cfg.get("rope_theta", 10000.0))
-        return cls(Arch(mt), float(theta), float(cfg.get("rms_norm_eps", 1e-6)))
+        factor = float(rope.get("factor", 8.0)) if kind == "llama3" else 0.0
+        return cls(Arch(mt), float(theta), float(cfg.get("rms_norm_eps", 1e-6)), factor)
 
 
 def check_spec_matches(spec: ModelSpec, hf_path: str | Path) -> None:
@@ -57,7 +65,7 @@ def check_spec_matches(spec: ModelSpec, hf_path: str | Path) -> None:
                              f"{getattr(spec, ours)}", field=ours)
 
 
-def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, pp: int = 1):
+def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, pp: int = 1, bf16: bool = False):
     from megatron.core.transformer.transformer_config import TransformerConfig
     if spec.kv_heads % tp or spec.heads % tp:
         raise InputError(f"TP={tp} must divide heads ({spec.heads}) and kv_heads "
@@ -70,11 +78,14 @@ def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, pp: int = 1):
         normalization="RMSNorm", layernorm_epsilon=meta.rms_eps, gated_linear_unit=True,
         activation_func=torch.nn.functional.silu, add_bias_linear=False,
         add_qkv_bias=meta.arch is Arch.QWEN2, hidden_dropout=0.0, attention_dropout=0.0,
-        tensor_model_parallel_size=tp, params_dtype=torch.float32, use_cpu_initialization=True,
+        tensor_model_parallel_size=tp, use_cpu_initialization=True,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32, bf16=bf16,
         bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=False, persist_layer_norm=False,
-        pipeline_model_parallel_size=pp, pipeline_dtype=torch.float32,
+        pipeline_model_parallel_size=pp,
+        # what stages send each other: the activations' dtype (Float16Module casts at bf16)
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
         # micro-batches are packed by length: shapes differ, so stages exchange them first
         variable_seq_lengths=True,
         # no MoE layers here; the default (allgather) dispatcher refuses variable lengths
@@ -87,19 +98,21 @@ def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, pp: int = 1):
 
 
 def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu", pp: int = 1,
-                    stage: Optional[StageSlice] = None):
+                    stage: Optional[StageSlice] = None, bf16: bool = False):
     """A GPTModel for spec, or for its pipeline `stage` at PP > 1 (model-parallel state must
     already be initialised)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     stage = stage or StageSlice.whole(spec.layers)
-    cfg = transformer_config(spec, meta, tp, pp)
+    cfg = transformer_config(spec, meta, tp, pp, bf16)
     theta = meta.rope_theta
+    layers = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=meta.qk_norm)
     model = GPTModel(
-        config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(normalization="RMSNorm"),
+        config=cfg, transformer_layer_spec=layers,
         vocab_size=spec.vocab, max_sequence_length=4096, parallel_output=True,
         share_embeddings_and_output_weights=spec.tied_embeddings,
         position_embedding_type="rope", rotary_base=int(theta) if theta.is_integer() else theta,
         pre_process=stage.first, post_process=stage.last,
+        rope_scaling=bool(meta.rope_factor), rope_scaling_factor=meta.rope_factor or 8.0,
     )
     return model.to(device)

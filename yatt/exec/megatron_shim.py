@@ -1,11 +1,11 @@
 """CPU shim for megatron-core 0.16.1: lets GPTModel/DDP/optimizer/checkpointing run without CUDA.
 
-Why: megatron-core hard-codes CUDA in a handful of places (see /work/shared/PLATFORM.md):
+Why: megatron-core hard-codes CUDA in a handful of places (docs/design.md, "CPU runtime"):
 `torch.cuda.current_device()` for buffers and pipeline send/recv, `device="cuda"` in the
 causal mask, optimizer, grad clipping, grad scaler and the pipeline schedules,
 `torch.cuda.synchronize()` when checkpointing and between pipeline sends, and an assert
 that gradients are `torch.cuda.FloatTensor`. Our CPU demo and tests train on CPU
-over gloo, so we map those to CPU here. The shim is a no-op where CUDA is available.
+over gloo, so we map those to CPU here. The shim is a no-op for a trainer on a CUDA device.
 
 Mechanism:
   * a global `TorchFunctionMode` rewrites CUDA devices (``"cuda"``, ``"cuda:0"``, bare ints,
@@ -159,7 +159,7 @@ def on_any_thread(fn):
 
 
 def missing_targets() -> list[str]:
-    """Megatron symbols the shim relies on that no longer exist (should be empty)."""
+    """Megatron symbols the shim relies on that the installed version lacks (should be empty)."""
     out = []
     for mod_name, attr in PATCH_TARGETS + MODE_COVERED:
         try:

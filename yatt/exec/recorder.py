@@ -21,7 +21,8 @@ METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl
                   "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
                   "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
                   "nonfinite_steps", "rollbacks", "restarts", "snapshot_s", "ckpt_stall_s",
-                  "train_prep_s", "train_rank_s")
+                  "train_prep_s", "train_rank_s", "reward_errors", "eval_reward", "eval_accuracy",
+                  "eval_samples")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
 
@@ -96,7 +97,8 @@ class Recorder:
         tr.write_jsonl(out_dir / "trace.jsonl")
         write_chrome_trace(tr, out_dir / "timeline.json")
         dump_yaml(self.plan, out_dir / "plan.yaml")
-        cols = list(METRIC_COLUMNS) + [c for c in PHASE_COLUMNS]
+        named = sorted({k for row in self.metrics for k in row if k.startswith("reward/")})
+        cols = list(METRIC_COLUMNS) + [c for c in PHASE_COLUMNS] + named
         tmp = out_dir / "metrics.csv.tmp"
         with open(tmp, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=cols, extrasaction="ignore")

@@ -42,6 +42,8 @@ class EngineConfig:
     # dropped), TEARDOWN = destroy (`acquire()` re-creates), KEEP = nothing
     release: ReleaseAction = ReleaseAction.TEARDOWN
     eos_token_id: int = 2
+    stop_token_ids: tuple[int, ...] = ()   # the model's EOS ids (job.py); empty: eos_token_id
+    dtype: str = "float32"
     role: str = "rollout"      # for fault injection (faults.py) and logs
     index: int = 0             # this engine's index within its role
 
@@ -89,7 +91,7 @@ class EngineCore:
         from vllm import LLM
 
         kw: dict[str, Any] = dict(distributed_executor_backend="uni", enforce_eager=True,
-                                  dtype="float32", skip_tokenizer_init=True,
+                                  dtype=self.cfg.dtype, skip_tokenizer_init=True,
                                   logprobs_mode="processed_logprobs", seed=self.cfg.seed,
                                   max_model_len=self.cfg.max_model_len,
                                   max_num_seqs=self.cfg.max_num_seqs,
@@ -135,7 +137,8 @@ class EngineCore:
         sp = SamplingParams(n=1, temperature=req.temperature, max_tokens=req.max_tokens,
                             seed=req.seed, logprobs=0 if req.logprobs else None,
                             prompt_logprobs=0 if prompt_logprobs else None,
-                            stop_token_ids=[self.cfg.eos_token_id], detokenize=False)
+                            stop_token_ids=list(self.cfg.stop_token_ids or (self.cfg.eos_token_id,)),
+                            detokenize=False)
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(req.prompt_ids)), sp)
 
     def step(self) -> list:

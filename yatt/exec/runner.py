@@ -14,24 +14,27 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from yatt.core.errors import InputError
 from yatt.core.plan import Plan
 from yatt.core.release import ReleaseAction, resolve_release
-from yatt.core.roles import Mode, RewardSource, Role
+from yatt.core.roles import Mode, Role
 from yatt.core.runnable import check_runnable
 from yatt.core.trace import Trace
 
 from . import checkpoint as ckpt
 from . import faults
-from .controller import ControllerConfig, ControllerGroup
+from .controller import ControllerConfig, ControllerGroup, Moments
+from .data import check_resume_position
 from .env import apply_local_env, ensure_ray, has_cuda, worker_env
+from .job import Job, prepare_job
 from .rayutil import get_all
 from .recorder import Progress, Recorder
 from .rollout import EngineConfig
 from .schedules import Actors, StepRunner
 from .supervisor import RunAborted, Supervisor
+from .tracking import Tracker
 
 RUN_FILE = "run.json"   # how the run was started (steps, seed, controllers): for --resume
 
@@ -41,7 +44,7 @@ def release_actions(plan: Plan, cpu: bool) -> dict[Role, ReleaseAction]:
     return {r: resolve_release(plan.release, r, cpu=cpu) for r in Role}
 
 
-def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
+def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
             release: dict[Role, ReleaseAction], rec: Recorder) -> Actors:
     import ray
 
@@ -54,17 +57,21 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
     restarts = dict(max_restarts=exp.checkpoint.max_restarts, max_task_retries=0)
     engines: dict[Role, list] = {}
     for role, cls in ((Role.ROLLOUT, EngineServer), (Role.GENRM, GenRMServer)):
-        if not plan.has(role) or (role is Role.GENRM and exp.algo.reward is not RewardSource.GENRM):
+        if not plan.has(role) or (role is Role.GENRM and not exp.algo.reward.needs_genrm):
             continue
-        cfg = EngineConfig(paths[role], seed=seed, max_model_len=512,
-                           max_num_seqs=(exp.engine.max_num_seqs if role is Role.ROLLOUT
+        rollout = role is Role.ROLLOUT
+        cfg = EngineConfig(job.actor_path if rollout else job.genrm_path, seed=seed,
+                           max_model_len=job.max_model_len if rollout else job.genrm_max_model_len,
+                           max_num_seqs=(exp.engine.max_num_seqs if rollout
                                          else exp.engine.genrm_max_num_seqs),
                            gpu_memory_utilization=exp.engine.gpu_memory_utilization,
-                           cpu=cpu, release=release[role])
+                           cpu=cpu, release=release[role],
+                           stop_token_ids=job.actor_stop if rollout else job.genrm_stop,
+                           dtype=job.dtype.value)
         args: tuple = (cfg,)
         if role is Role.GENRM:
-            args = (cfg, JudgeConfig(paths[Role.ROLLOUT], paths[Role.GENRM],
-                                     max_tokens=exp.workload.judge_max_tokens))
+            args = (cfg, JudgeConfig.from_spec(exp.genrm_judge, job.actor_path, job.genrm_path,
+                                               job.judge_max_tokens, job.judge_prompt_cap))
         actor_cls = engine_actor_class(cls)
         engines[role] = []
         tp_size = plan.placement(role).tp       # one engine per TP group, vLLM TP inside
@@ -73,15 +80,16 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
             engines[role].append(actor_cls.options(**placement.engine_options(g, cpu), **restarts)
                                  .remote(*mine))
     tp = plan.placement(Role.TRAINER)
-    targs = TrainerArgs(exp.actor, paths[Role.ROLLOUT], exp.algo, exp.checkpoint, tp=tp.tp,
-                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda", pp=tp.pp)
+    targs = TrainerArgs(exp.actor, job.actor_path, exp.algo, exp.checkpoint, tp=tp.tp,
+                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda", pp=tp.pp,
+                        pad_id=job.pad_id, dtype=job.dtype)
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
     refs = []   # created here so they load while trainers and engines start
     if exp.algo.use_reference and plan.has(Role.REFERENCE):
         rcls = ray.remote(num_cpus=0)(ReferenceWorker)
-        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(paths[Role.ROLLOUT],
+        refs = [rcls.options(**placement.options(g[0]), **restarts).remote(job.actor_path,
                                                                             "cpu" if cpu else "cuda")
                 for g in plan.placement(Role.REFERENCE).groups()]
     addr, port = ray.get(trainers[0].address.remote())
@@ -104,7 +112,9 @@ def _launch(plan: Plan, placement, paths: dict[Role, str], seed: int, cpu: bool,
 
 def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: bool = True,
              ray_address: Optional[str] = None, controllers: Optional[int] = None,
-             resume: bool = False, log: Optional[Callable[[str], None]] = None) -> Trace:
+             resume: bool = False, log: Optional[Callable[[str], None]] = None,
+             job: Optional[Job] = None,
+             reward_fn: Optional[Callable[..., Any]] = None) -> Trace:
     """Run `steps` RL steps of `plan`; write the run directory; return the measured Trace.
 
     out_dir gets trace.jsonl, timeline.json, metrics.csv, plan.yaml, run.json and
@@ -112,11 +122,14 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     (else a local one is started and shut down at the end). `controllers` overrides
     `plan.controllers` (benchmarks). `resume`: continue `out_dir` from its newest valid
     checkpoint (corrupt ones are refused through `log`, naming the file) up to `steps`.
-    Raises RunAborted (after writing the run directory) when the run cannot go on.
+    `job`: the checked job (`job.prepare_job`; made here when not given); `reward_fn`: a
+    Python callable that replaces the experiment's rule (the Python API).
+    Raises InputError before anything starts when the job is bad, RewardError (an
+    InputError) when the reward function fails a call under reward.on_error: fail, and
+    RunAborted when the run cannot go on; the last two after writing the run directory.
     """
     import ray
 
-    from .models import resolve_model
     from .placement import Placement
 
     log = log or (lambda m: print(m, file=sys.stderr))
@@ -132,12 +145,19 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                              f"allowed: --steps > {state['next_step']}", field="--steps")
     cpu = not has_cuda()
     apply_local_env(cpu)
+    if job is None:
+        job = prepare_job(plan.experiment, seed, steps, cpu, reward_fn)
+    for note in job.notes:
+        log(note)
+    if state is not None:
+        check_resume_position(state.get("data_position", {}), job.source, int(state["next_step"]))
     rec = Recorder(plan, seed)
     release = release_actions(plan, cpu)
     k = controllers or plan.controllers
     rec.extra.update(release_policy=plan.release.value,
                      release_effective=release[Role.ROLLOUT].value,   # the engines' action
-                     controllers=k, device="cpu" if cpu else "cuda")
+                     controllers=k, device="cpu" if cpu else "cuda", dtype=job.dtype.value,
+                     max_model_len=job.max_model_len)
     if state is not None:
         rec.restore(Trace.read_jsonl(ck_dir / ckpt.TRACE), state["metrics"], state["extra"],
                     float(state["trace_end_s"]))
@@ -148,31 +168,33 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     bar = Progress(steps - start, f"yatt run {plan.describe()}", progress)
     started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
     placement = actors = ctl = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
     step = start
     try:
         exp = plan.experiment
-        paths = {Role.ROLLOUT: str(resolve_model(exp.actor, seed))}
-        genrm = exp.algo.reward is RewardSource.GENRM
-        if genrm:
-            paths[Role.GENRM] = str(resolve_model(exp.genrm, seed))
+        genrm = exp.algo.reward.needs_genrm
         placement = Placement(plan, {**worker_env(cpu), **faults.env_passthrough()})
-        actors = _launch(plan, placement, paths, seed, cpu, release, rec)
+        actors = _launch(plan, placement, job, seed, cpu, release, rec)
         rec.extra["startup_s" if state is None else "resume_startup_s"] = round(time.time() - rec.t0, 3)
 
         def make_cfg(i: int, n: int) -> ControllerConfig:
-            return ControllerConfig(i, n, seed, exp.workload, exp.algo, paths[Role.ROLLOUT],
-                                    rec.t0, queue_capacity=min(exp.engine.queue_capacity, 1024))
+            return ControllerConfig(i, n, seed, exp.workload, exp.algo, job.actor_path,
+                                    rec.t0, queue_capacity=min(exp.engine.queue_capacity, 1024),
+                                    data=exp.data, reward=exp.reward, rule=exp.rule_reward,
+                                    source=job.source, reward_fn=job.reward_fn)
         ctl = ControllerGroup(make_cfg, k, (actors.engines.get(Role.ROLLOUT, []),
                                             actors.engines.get(Role.GENRM, []), actors.refs,
                                             actors.trainer_groups), worker_env(cpu))
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
-                         runner.push_weights, steps, log)
+                         runner.push_weights, steps, log, data_position=job.source.position)
         if ck_dir is not None:
             get_all([w.load_checkpoint.remote(str(ck_dir / ckpt.TRAINER)) for w in actors.trainers])
             runner.push_weights()
             sup.resumed(state)
         sup.snapshot()
+        warned: set[str] = set()
         crash = faults.hook("driver")      # tests: the driver dies after a step
         for step in range(start, steps):
             while True:
@@ -183,17 +205,21 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                     if not sup.is_fault(e):
                         raise
                     sup.recover(e, step)
-            bar.step(sup.after_step(step, row))
+            row = sup.after_step(step, row)
+            tracker.log(row)
+            _warn(log, step, runner.last_moments, exp, warned)
+            bar.step(row)
             if crash is not None:
                 crash.tick()
                 crash.maybe_exit()
-        sup.finish()
+        sup.finish(last_step=steps - 1)
         return rec.write(out_dir, steps)
-    except RunAborted:
+    except (RunAborted, InputError):
         rec.write(out_dir, step)     # keep what was measured up to the failure
         raise
     finally:
         bar.close()
+        tracker.close()
         if ctl is not None:
             ctl.shutdown()
         if actors is not None:
@@ -209,6 +235,20 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             placement.remove()
         if started:
             ray.shutdown()
+
+
+def _warn(log: Callable[[str], None], step: int, mom: Moments, exp, warned: set[str]) -> None:
+    """One line, once per run, when every verdict of a step fell back (a judge regex or
+    parser that never matches) or a rule call was scored 0 under on_error: zero."""
+    if mom.judged and mom.parse_fail == mom.judged and "parse" not in warned:
+        warned.add("parse")
+        log(f"genrm_judge.parser: none of step {step}'s {mom.judged} verdicts parsed with "
+            f"parser {exp.genrm_judge.parser.value}; each scored the fallback "
+            f"{exp.genrm_judge.fallback:g} (counted in genrm_parse_fail); {mom.example}")
+    if mom.reward_errors and "reward" not in warned:
+        warned.add("reward")
+        log(f"reward.on_error: zero: step {step} scored {mom.reward_errors} failed rule calls 0 "
+            f"(counted in reward_errors); first: {mom.example.removeprefix('reward error: ')}")
 
 
 def _write_run_files(plan: Plan, out_dir: Path, steps: int, seed: int, controllers: int) -> None:

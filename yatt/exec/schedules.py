@@ -27,6 +27,7 @@ from yatt.core.schedule import Stage, step_schedule
 from yatt.core.specs import OldLogprobs
 
 from .algo import lr_at
+from .data import eval_due
 from .controller import ControllerGroup, Moments, PhaseReport, StepController
 from .recorder import Recorder
 from .rayutil import get_all
@@ -86,7 +87,14 @@ class StepRunner:
             self.handlers[stage.phase](step, stage)
         mom = sum(self.ctl.call(StepController.moments), Moments())
         o = self._train_out
+        extra: dict[str, Any] = mom.extra_means()
+        if eval_due(self.plan.experiment.data, step):
+            ev = sum(self.ctl.call(StepController.eval_moments), Moments())
+            extra.update(eval_reward=ev.mean, eval_accuracy=ev.accuracy, eval_samples=ev.n)
+            mom = mom + Moments(reward_errors=ev.reward_errors, example=ev.example)
+        self.last_moments = mom
         return self.rec.step_metrics(step, {
+            **extra, "reward_errors": mom.reward_errors,
             "step_s": round(time.time() - t, 4), "reward_mean": mom.mean, "reward_std": mom.std,
             "accuracy": mom.accuracy, "samples": mom.n, "dropped": mom.dropped,
             "rounds": rnd + 1, "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0),

@@ -38,6 +38,7 @@ from yatt.core.specs import CheckpointSpec
 from . import checkpoint as ckpt
 from .controller import StepController
 from .rayutil import get_all
+from .worker_errors import describe
 
 
 class RunAborted(RuntimeError):
@@ -86,7 +87,8 @@ class Supervisor:
     def __init__(self, plan, actors, ctl, rec, release: dict[Role, ReleaseAction],
                  spec: CheckpointSpec, out_dir: Path, push_weights: Callable[[], None],
                  total_steps: int,
-                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)):
+                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr),
+                 data_position: Optional[Callable[[int], dict]] = None):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, ctl, rec
         self.release, self.spec, self.out = release, spec, Path(out_dir)
         self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
@@ -97,6 +99,8 @@ class Supervisor:
         self._io = None                          # driver-side checkpoint I/O thread (lazy)
         self._io_jobs: list = []
         self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
+        self.data_position = data_position or (lambda next_step: {})
+        self.last_saved = -1
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -151,7 +155,7 @@ class Supervisor:
         return row
 
     # ---- checkpoints -----------------------------------------------------------------
-    def save(self, step: int) -> None:
+    def save(self, step: int, async_save: Optional[bool] = None) -> None:
         """Start a checkpoint of the state after `step`. The trainer's write is asynchronous
         (megatron's writer process); the driver's part (state.json, the trace so far, and
         later the manifest + rename) runs on one background thread, in order."""
@@ -165,7 +169,8 @@ class Supervisor:
         done = step + 1
         state = {
             "step": step, "next_step": done, "total_steps": self.total_steps,
-            "seed": self.rec.seed, "data_position": {"next_step": done, "round": 0},
+            "seed": self.rec.seed,
+            "data_position": {"next_step": done, "round": 0, **self.data_position(done)},
             "controllers": {"count": self.ctl.count,
                             "note": "per-step state only: prompts/seeds derive from (seed, step, round)"},
             "run": copy.deepcopy({"restarts": self.counters.restarts,
@@ -181,11 +186,12 @@ class Supervisor:
             trace.write_jsonl(part / ckpt.TRACE)
         self._background(write)
         tdir = str(part / ckpt.TRAINER)
-        get_all([w.save_checkpoint.remote(tdir, self.spec.async_save)
-                 for w in self.actors.trainers])
+        async_save = self.spec.async_save if async_save is None else async_save
+        get_all([w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers])
         self.pending[tdir] = step
+        self.last_saved = step
         self.schedule.saved()
-        if not self.spec.async_save:
+        if not async_save:
             self._seal(tdir)
 
     def _background(self, fn: Callable[[], None]) -> None:
@@ -219,8 +225,13 @@ class Supervisor:
             self.log(f"checkpoint {final} sealed")
         self._background(seal)
 
-    def finish(self) -> None:
-        """Wait for in-flight checkpoint writes and seal them (end of run)."""
+    def finish(self, last_step: int = -1) -> None:
+        """Save the last step unless it was (checkpoint.final), then wait for in-flight
+        checkpoint writes and seal them (end of run)."""
+        if self.spec.final and last_step >= 0 and self.last_saved != last_step:
+            self.poll(blocking=True)
+            # written in place: nothing trains after it (and no async writer to start)
+            self.save(last_step, async_save=False)
         self.poll(blocking=True)
         self._drain()
         done = ckpt.complete(self.out)
@@ -274,11 +285,14 @@ class Supervisor:
             role, dead = self._dead
         self._dead = None
         self.counters.restarts += 1
+        why = describe(e)
         self.log(f"step {step}: {role} actor died ({type(e).__name__}); restarting it and "
-                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})")
+                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})"
+                 + (f"; {why}" if why else ""))
         if self.counters.restarts > self.spec.max_restarts:
             raise RunAborted(f"stopping: actor failures exceeded checkpoint.max_restarts="
-                             f"{self.spec.max_restarts} (last: {role} at step {step}: {e})") from e
+                             f"{self.spec.max_restarts} (last: {role} at step {step}: "
+                             f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
         self.ctl.call(StepController.shutdown)            # drop the step's queues
         trainers = self.actors.trainers

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -22,6 +23,10 @@ class Prompt:
     text: str
     answer: str
     payload: bytes = b""   # opaque per-prompt data (e.g. an image); carried, not used
+    ids: tuple[int, ...] = ()            # the rendered, tokenized prompt (data.py)
+    raw: Any = None                      # the prompt as the dataset holds it (reward fn)
+    row: Optional[Mapping[str, Any]] = None   # the row's other columns (reward fn keywords)
+    where: str = ""                      # "FILE row N", for error lines
 
 
 @dataclass(frozen=True)

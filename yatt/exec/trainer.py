@@ -38,6 +38,7 @@ import torch
 
 from yatt.core.balance import group_consecutive
 from yatt.core.errors import InputError
+from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec, OldLogprobs
 
 from . import faults, megatron_shim
@@ -99,7 +100,7 @@ class MegatronTrainer(TrainerState):
     def __init__(self, spec: ModelSpec, hf_path: str, algo: AlgoSpec, *, tp: int, dp: int,
                  rank: int, master_addr: str, master_port: int, seed: int = 0,
                  device: str = "cpu", clip_grad: float = 1.0, pad_id: int = 0,
-                 pp: int = 1) -> None:
+                 pp: int = 1, dtype: Dtype = Dtype.FLOAT32) -> None:
         from megatron.core import parallel_state as ps
         from megatron.core import tensor_parallel
 
@@ -111,6 +112,9 @@ class MegatronTrainer(TrainerState):
         megatron_shim.install(device)
         self.spec, self.algo, self.tp, self.pp, self.dp, self.rank = spec, algo, tp, pp, dp, rank
         self.pad_id = pad_id
+        # bf16 weights with fp32 main grads and optimizer state, as Megatron trains on GPU;
+        # on CPU the job runs float32 (job.prepare_job says so)
+        self.bf16 = dtype is Dtype.BFLOAT16 and device.startswith("cuda")
         self.kl_fn = KL_ESTIMATORS[algo.kl_estimator]
         self.nonfinite_steps = 0
         self.device = torch.device(device)
@@ -130,7 +134,7 @@ class MegatronTrainer(TrainerState):
         self.pp_rank = ps.get_pipeline_model_parallel_rank()
         self.stage = StageSlice.of(spec.layers, pp, self.pp_rank)
         model = build_gpt_model(spec, self.meta, tp, device=str(self.device), pp=pp,
-                                stage=self.stage)
+                                stage=self.stage, bf16=self.bf16)
         load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank, self.stage)
         self.model = model
         self.ddp, self.optimizer = self._wrap(model, algo.lr, algo.distributed_optimizer, clip_grad)
@@ -147,9 +151,14 @@ class MegatronTrainer(TrainerState):
         ddp_cfg = DistributedDataParallelConfig(
             grad_reduce_in_fp32=True, overlap_grad_reduce=False,
             use_distributed_optimizer=distributed_optimizer)
-        ddp = DistributedDataParallel(model.config, ddp_cfg, model)
+        inner = model
+        if self.bf16:
+            from megatron.core.transformer.module import Float16Module
+            inner = Float16Module(model.config, model)
+        ddp = DistributedDataParallel(model.config, ddp_cfg, inner)
         opt_cfg = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=clip_grad,
-                                  bf16=False, fp16=False, params_dtype=torch.float32,
+                                  bf16=self.bf16, fp16=False,
+                                  params_dtype=torch.bfloat16 if self.bf16 else torch.float32,
                                   use_distributed_optimizer=distributed_optimizer)
         return ddp, get_megatron_optimizer(opt_cfg, [ddp])
 

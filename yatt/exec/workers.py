@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
+from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, CheckpointSpec, ModelSpec
 
 
@@ -44,6 +45,8 @@ class TrainerArgs:
     seed: int = 0
     device: str = "cpu"
     pp: int = 1
+    pad_id: int = 0                 # the tokenizer's pad (padding is masked out of the loss)
+    dtype: Dtype = Dtype.FLOAT32    # bfloat16: bf16 weights, fp32 main grads (GPU)
 
 
 def free_port() -> tuple[str, int]:
@@ -79,7 +82,8 @@ class TrainerWorker:
         t0 = time.perf_counter()
         self.trainer = MegatronTrainer(a.spec, a.hf_path, a.algo, tp=a.tp, dp=a.dp, rank=self.rank,
                                        master_addr=master_addr, master_port=master_port,
-                                       seed=a.seed, device=a.device, pp=a.pp)
+                                       seed=a.seed, device=a.device, pp=a.pp, pad_id=a.pad_id,
+                                       dtype=a.dtype)
         if a.checkpoint.async_save and a.checkpoint.any_trigger:
             # start megatron's async writer at setup, not in the first save's stall
             self.trainer.prewarm_async_checkpointing()

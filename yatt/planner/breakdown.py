@@ -13,6 +13,7 @@ from yatt.core.roles import ReleasePolicy, Role
 
 from . import memory
 from .costmodel import AnalyticCostModel
+from .space import legal_layouts, trainer_layout_memory, trainer_parallel
 
 
 @dataclass(frozen=True)
@@ -25,16 +26,22 @@ class RoleFacts:
     mem: memory.MemoryBreakdown | None
     kv_tokens: int              # KV capacity per engine at min_tp (inference roles)
     unit_costs: tuple[tuple[str, float], ...]  # (label, seconds)
+    min_pp: int = 1             # the trainer's PP at its smallest fitting layout
+
+    @property
+    def layout(self) -> str:
+        """The smallest fitting layout, e.g. "4" or "4·pp4" ("none" when nothing fits)."""
+        if self.min_tp is None:
+            return "none"
+        return f"{self.min_tp}" + (f"·pp{self.min_pp}" if self.min_pp > 1 else "")
 
 
-def _min_trainer_tp(exp: Experiment, choices: tuple[int, ...]) -> tuple[int | None, memory.MemoryBreakdown | None]:
-    g = exp.cluster.num_gpus
-    for tp in sorted(choices):
-        if g % tp or exp.actor.check_tp(tp):
-            continue
-        mb = memory.trainer_memory(exp.actor, Parallel(tp, 1, g // tp), exp.algo, exp.cluster.gpu)
+def _min_trainer_layout(exp: Experiment) -> tuple[tuple[int, int] | None, memory.MemoryBreakdown | None]:
+    """The first fitting trainer (TP, PP) layout, fewest pipeline stages first."""
+    for lay in legal_layouts(exp):
+        mb = trainer_layout_memory(exp, lay)
         if mb.fits():
-            return tp, mb
+            return lay, mb
     return None, None
 
 
@@ -65,10 +72,11 @@ def role_facts(exp: Experiment, cost: AnalyticCostModel) -> list[RoleFacts]:
             ]
         out.append(RoleFacts(role, m.name, m.params / 1e9, m.weight_bytes / 1e9, tp, mem, kv,
                              tuple(units)))
-    tp, mem = _min_trainer_tp(exp, choices)
+    lay, mem = _min_trainer_layout(exp)
     units = []
-    if tp:
-        par = Parallel(tp, 1, exp.cluster.num_gpus // tp)
+    tp, pp = lay if lay else (None, 1)
+    if lay:
+        par = trainer_parallel(exp, lay)
         seq = int(w.prompt_len.mean() + w.response_len.mean())
         units = [
             (f"train 1 seq of {seq} tok", cost.train_time(exp.actor, [seq], par)),
@@ -78,5 +86,5 @@ def role_facts(exp: Experiment, cost: AnalyticCostModel) -> list[RoleFacts]:
             ("checkpoint", cost.checkpoint_time(exp.actor, par)),
         ]
     out.append(RoleFacts(Role.TRAINER, exp.actor.name, exp.actor.params / 1e9,
-                         exp.actor.weight_bytes / 1e9, tp, mem, 0, tuple(units)))
+                         exp.actor.weight_bytes / 1e9, tp, mem, 0, tuple(units), pp))
     return out

@@ -71,7 +71,7 @@ KIND: dict[Coef, Kind] = {
 }
 # The phases whose duration a coefficient drives (and so that can identify it).
 SEEN_BY: dict[Coef, frozenset[Phase]] = {
-    Coef.TRAIN_MFU: frozenset({Phase.TRAIN, Phase.REF_LOGPROB}),
+    Coef.TRAIN_MFU: frozenset({Phase.TRAIN, Phase.REF_LOGPROB, Phase.OLD_LOGPROB}),
     Coef.PREFILL_MFU: frozenset({Phase.ROLLOUT, Phase.GENRM}),
     Coef.DECODE_BW_EFF: frozenset({Phase.ROLLOUT, Phase.GENRM}),
     Coef.DECODE_STEP_OVERHEAD: frozenset({Phase.ROLLOUT, Phase.GENRM}),
@@ -295,7 +295,8 @@ def _wall(spans) -> float:
 
 # which Contention field each phase informs (rollout and GenRM engines: one engine ratio)
 _FIELD = {Phase.RELOAD: "reload", Phase.OFFLOAD: "offload", Phase.ROLLOUT: "decode",
-          Phase.GENRM: "decode", Phase.REF_LOGPROB: "logprob", Phase.TRAIN: "train"}
+          Phase.GENRM: "decode", Phase.REF_LOGPROB: "logprob", Phase.OLD_LOGPROB: "logprob",
+          Phase.TRAIN: "train"}
 
 
 def contention_ratios(trace: Trace, cost, skip_steps: int = 1) -> list[tuple[str, int, float]]:

@@ -17,7 +17,7 @@ from yatt.core.plan import Experiment, Parallel
 from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import ReleasePolicy, Role
 from yatt.core.schema import spec_field
-from yatt.core.specs import ClusterSpec, ModelSpec
+from yatt.core.specs import AdamMoments, ClusterSpec, ModelSpec
 
 from . import memory
 
@@ -38,43 +38,59 @@ class Efficiency:
     # Megatron-Core reports ~40-47% MFU (of the 989 TF datasheet peak) for dense GPT training
     # on H100 at scale; RL actor training on short, ragged sequences sits at the low end:
     # 0.40 of peak = 0.50 of the measured 791 TF GEMM ceiling.
-    train_mfu: float = spec_field(0.50, gt=0, le=1)
+    train_mfu: float = spec_field(0.50, gt=0, le=1,
+                                  help="training FLOP rate, fraction of the GEMM ceiling")
     # Prefill: a forward over many tokens. HF-transformers prefill of a Qwen2.5-7B shape at
     # 128-256 x 512 tokens ran at 0.70 of the ceiling on an H200 (within 3%).
-    prefill_mfu: float = spec_field(0.70, gt=0, le=1)
+    prefill_mfu: float = spec_field(0.70, gt=0, le=1,
+                                    help="prefill FLOP rate, fraction of the GEMM ceiling")
     # Decode at large batch turns compute-bound: 0.52 of the ceiling in the H200 fit of one
     # CUDA-graph decode step (Qwen2.5-1.5B/7B shapes, batch 1-256, context 512/2048).
-    decode_mfu: float = spec_field(0.52, gt=0, le=1)
+    decode_mfu: float = spec_field(0.52, gt=0, le=1,
+                                   help="decode FLOP rate at large batch, fraction of the GEMM ceiling")
     # Decode streams weights + KV at 0.90 of the measured read bandwidth (same fit).
-    decode_bw_eff: float = spec_field(0.90, gt=0, le=1)
+    decode_bw_eff: float = spec_field(0.90, gt=0, le=1,
+                                      help="decode weight+KV streaming, fraction of the memory read ceiling")
     # NCCL ring all-reduce bus bandwidth ~75-80% of link peak (nccl-tests on DGX); the
     # catalog's links are datasheet numbers (the measured device had no NVLink peers).
-    comm_eff: float = spec_field(0.75, gt=0, le=1)
+    comm_eff: float = spec_field(0.75, gt=0, le=1,
+                                 help="collective bus bandwidth, fraction of the link bandwidth")
     # The host-link ceiling is one 1 GiB pinned copy (the best case); offloading many tensors
     # of mixed sizes is assumed to reach 90% of it (not measured: calibrate it on a trace).
-    host_link_eff: float = spec_field(0.90, gt=0, le=1)
+    host_link_eff: float = spec_field(0.90, gt=0, le=1,
+                                      help="offload/reload copies, fraction of the host-link ceiling")
     # Per decode step: scheduler, sampling, detokenisation (vLLM with CUDA graphs ~1-3 ms).
-    decode_step_overhead_s: float = spec_field(0.002, ge=0)
+    decode_step_overhead_s: float = spec_field(0.002, ge=0,
+                                               help="fixed seconds per decode step (scheduler, sampling)")
     # Per layer and decode step, on top of the bytes and FLOPs: the ~7 kernels of a layer
     # each pay launch/tail latency even replayed from a CUDA graph (H200 fit: 36 us). It
     # dominates small shapes: the 1.5B shape streams 5x fewer bytes per layer than the 7B
     # shape in about the same fixed time.
-    decode_layer_s: float = spec_field(36e-6, ge=0)
+    decode_layer_s: float = spec_field(36e-6, ge=0,
+                                       help="fixed seconds per layer and decode step (kernel latency)")
     # Per collective launch latency (NCCL small-message ~10-20 us).
-    comm_latency_s: float = spec_field(15e-6, ge=0)
+    comm_latency_s: float = spec_field(15e-6, ge=0,
+                                       help="seconds per collective launch")
     # Per training micro-batch launch/data overhead.
-    micro_batch_overhead_s: float = spec_field(0.01, ge=0)
+    micro_batch_overhead_s: float = spec_field(0.01, ge=0,
+                                               help="seconds per training micro-batch")
     # Fixed cost of any phase switch (sleep/wake calls, allocator, barriers).
-    switch_overhead_s: float = spec_field(0.5, ge=0)
+    switch_overhead_s: float = spec_field(0.5, ge=0,
+                                          help="fixed seconds per phase switch (sleep/wake, allocator, barriers)")
     # Creating an inference engine from scratch (TEARDOWN release): process/graph setup.
-    engine_start_s: float = spec_field(30.0, ge=0)
+    engine_start_s: float = spec_field(30.0, ge=0,
+                                       help="seconds to create an inference engine (teardown release)")
     # Per-engine fixed cost of a weight update (reload_weights + prefix-cache reset).
-    sync_overhead_s: float = spec_field(0.2, ge=0)
+    sync_overhead_s: float = spec_field(0.2, ge=0,
+                                        help="fixed seconds per engine weight update")
     # Checkpoint write bandwidth per node to shared storage.
-    ckpt_gbps_per_node: float = spec_field(2.0, gt=0)
+    ckpt_gbps_per_node: float = spec_field(2.0, gt=0,
+                                           help="checkpoint write bandwidth per node, GB/s")
     # One controller process (de)serialising sample payloads.
-    controller_gbps: float = spec_field(1.0, gt=0)
-    controller_per_sample_s: float = spec_field(2e-5, ge=0)
+    controller_gbps: float = spec_field(1.0, gt=0,
+                                        help="one controller's (de)serialisation bandwidth, GB/s")
+    controller_per_sample_s: float = spec_field(2e-5, ge=0,
+                                                help="controller seconds per sample")
 
     def with_(self, **kw: float) -> "Efficiency":
         return replace(self, **kw)
@@ -103,19 +119,23 @@ class AnalyticCostModel(CostModel):
     """Roofline costs for one cluster. See `Efficiency` for the tunable factors."""
 
     def __init__(self, cluster: ClusterSpec, eff: Efficiency | None = None, *,
-                 recompute: bool = False, micro_batch_tokens: int = 16384) -> None:
+                 recompute: bool = False, micro_batch_tokens: int = 16384,
+                 adam_moments: AdamMoments = AdamMoments.FP32) -> None:
         self.cluster = cluster
         self.gpu = cluster.gpu
         self.eff = eff or Efficiency()
         self.recompute = recompute
         self.micro_batch_tokens = micro_batch_tokens
+        self.adam_moments = adam_moments
         self._decode_cache: dict[tuple[ModelSpec, int], tuple[float, ...]] = {}
 
     @classmethod
     def for_experiment(cls, exp: Experiment, eff: Efficiency | None = None) -> "AnalyticCostModel":
-        """Cost model for an experiment's cluster, with its recompute and micro-batch choice."""
+        """Cost model for an experiment's cluster, with its recompute, micro-batch and
+        optimizer-state choices."""
         return cls(exp.cluster, eff, recompute=exp.algo.recompute,
-                   micro_batch_tokens=exp.algo.micro_batch_tokens)
+                   micro_batch_tokens=exp.algo.micro_batch_tokens,
+                   adam_moments=exp.algo.adam_moments)
 
     # ---- helpers ---------------------------------------------------------------------
     @staticmethod
@@ -160,18 +180,48 @@ class AnalyticCostModel(CostModel):
         tokens = float(sum(seq_lens))
         micro = max(1.0, -(-tokens // micro_batch_tokens))
         bubble = 1.0 + (par.pp - 1) / micro
+        if par.pp > 1:
+            # the pipeline runs at its slowest stage: the last, with its share of the
+            # layers plus the output head (6 FLOPs per token per head parameter)
+            head = 6.0 * model.vocab * model.hidden * tokens * (4.0 / 3.0 if recompute else 1.0)
+            flops = ((flops - head) / par.pp + head) * par.pp
         compute = flops / (par.tp * par.pp * self._peak() * self.eff.train_mfu) * bubble
         # TP: 2 all-reduces forward + 2 backward per layer on the activations (bf16).
         tp_comm = self.allreduce_time(4 * tokens * model.hidden * 2 * model.layers / par.pp, par.tp,
                                   calls=int(4 * model.layers / par.pp * micro))
-        pp_comm = 0.0
-        if par.pp > 1:
-            pp_comm = 2 * (par.pp - 1) * tokens * model.hidden * 2 / self._link(par.tp * par.pp)
+        pp_comm = self.pp_p2p_time(model, tokens, micro, par)
         return compute + tp_comm + pp_comm + micro * self.eff.micro_batch_overhead_s
 
+    def pp_link_gbps(self, par: Parallel) -> float:
+        """Per-device bandwidth of the slowest stage-to-stage hop of one pipeline: a replica
+        is tp*pp consecutive devices from a node's start, stage s its s-th TP group, so the
+        hop into stage s crosses nodes when stage s starts a node."""
+        gpn = self.cluster.gpus_per_node
+        cross = any((s * par.tp) % gpn == 0 for s in range(1, par.pp))
+        return self.gpu.inter_node_gbps if cross else self.gpu.intra_node_gbps
+
+    def pp_p2p_time(self, model: ModelSpec, tokens: float, micro: float, par: Parallel) -> float:
+        """Stage-to-stage sends of a 1F1B pipeline (0 at pp=1). Every pipeline slot (micro
+        + pp - 1 of them) passes one micro-batch's activations forward and its gradients
+        back; with sequence parallelism each TP rank sends its 1/tp slice (bf16) over its
+        own link, and the slowest hop paces the pipeline."""
+        if par.pp == 1:
+            return 0.0
+        nbytes = tokens / micro * model.hidden * 2 / par.tp
+        one = nbytes / (self.pp_link_gbps(par) * GB * self.eff.comm_eff) + self.eff.comm_latency_s
+        return 2.0 * (micro + par.pp - 1) * one
+
+    def _shard_params(self, model: ModelSpec, par: Parallel) -> float:
+        """Parameters on one device of the fullest pipeline stage."""
+        if par.pp == 1:
+            return model.params / (par.tp * par.pp)
+        return memory.largest_stage_params(model, par.pp) / par.tp
+
     def grad_sync_time(self, model: ModelSpec, par: Parallel) -> float:
-        shard = par.tp * par.pp
-        grad_bytes = model.params / shard * 2  # bf16 gradient reduction
+        """One optimizer step: the DP gradient reduction and the Adam step (the simulator
+        asks once per mini-batch of each PPO epoch)."""
+        shard = self._shard_params(model, par)
+        grad_bytes = shard * 2  # bf16 gradient reduction
         # DP ranks of one TP shard sit tp*pp devices apart: the group spans nodes when the
         # whole trainer does.
         n = par.dp
@@ -179,8 +229,9 @@ class AnalyticCostModel(CostModel):
         comm = 0.0
         if n > 1:
             comm = 2.0 * (n - 1) / n * grad_bytes / self._link(span) + self.eff.comm_latency_s
-        # Adam step is memory-bound: read/write master, m, v, grad (~36 B/param) per shard.
-        opt = model.params / shard / n * 36 / (self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff)
+        # The Adam step is memory-bound: `memory.adam_step_bytes` per parameter of the shard.
+        opt = (shard / n * memory.adam_step_bytes(self.adam_moments)
+               / (self.gpu.hbm_gbps * GB * self.eff.decode_bw_eff))
         return comm + opt
 
     def logprob_time(self, model: ModelSpec, seq_lens: Sequence[int], par: Parallel) -> float:
@@ -245,11 +296,11 @@ class AnalyticCostModel(CostModel):
     # ---- phase switches --------------------------------------------------------------
     def _state_bytes(self, model: ModelSpec, role: Role, par: Parallel) -> float:
         """Per-device bytes a role moves to/from host when it offloads."""
-        shard = par.tp * par.pp
         if role is Role.TRAINER:
-            # weights + grads + distributed-optimizer shard
-            return model.params / shard * (2 + memory.GRAD_BYTES + memory.ADAM_BYTES / par.dp)
-        return model.params / shard * model.dtype_bytes  # engines / reference: weights only
+            # weights + grads + distributed-optimizer shard, of the fullest pipeline stage
+            opt = memory.optimizer_bytes(self.adam_moments)
+            return self._shard_params(model, par) * (2 + memory.GRAD_BYTES + opt / par.dp)
+        return model.params / (par.tp * par.pp) * model.dtype_bytes  # engines / reference: weights
 
     def _host_copy(self, nbytes: float) -> float:
         return nbytes / (self.gpu.host_link_gbps * GB * self.eff.host_link_eff)
@@ -286,7 +337,7 @@ class AnalyticCostModel(CostModel):
         return nbytes / (gbps * GB * self.eff.comm_eff) + self.eff.sync_overhead_s
 
     def checkpoint_time(self, model: ModelSpec, par: Parallel) -> float:
-        nbytes = model.params * (2 + memory.ADAM_BYTES)
+        nbytes = model.params * (2 + memory.optimizer_bytes(self.adam_moments))
         nodes = max(1, -(-par.world // self.cluster.gpus_per_node))
         return nbytes / (self.eff.ckpt_gbps_per_node * GB * nodes)
 

@@ -52,6 +52,19 @@ def peak_memory(plan: Plan) -> tuple[float, float]:
     activations. With offload/teardown only one role is resident at a time; with
     `resident` the roles sharing a device add up.
     """
+    need = role_memory(plan)
+    gpu = plan.experiment.cluster.gpu
+    if plan.release is ReleasePolicy.RESIDENT:
+        per_dev: dict[int, float] = {}
+        for p in plan.placements:
+            for d in p.devices:
+                per_dev[d] = per_dev.get(d, 0.0) + need[p.role]
+        return max(per_dev.values()), gpu.hbm_bytes
+    return max(need.values()), gpu.hbm_bytes
+
+
+def role_memory(plan: Plan) -> dict[Role, float]:
+    """Bytes each role needs per device while it is resident (see `peak_memory`)."""
     exp = plan.experiment
     gpu = exp.cluster.gpu
     w = exp.workload
@@ -69,13 +82,7 @@ def peak_memory(plan: Plan) -> tuple[float, float]:
             need[p.role] = memory.trainer_memory(model, p.parallel, exp.algo, gpu).total
         else:
             need[p.role] = memory.reference_memory(model, p.parallel, exp.algo, gpu).total
-    if plan.release is ReleasePolicy.RESIDENT:
-        per_dev: dict[int, float] = {}
-        for p in plan.placements:
-            for d in p.devices:
-                per_dev[d] = per_dev.get(d, 0.0) + need[p.role]
-        return max(per_dev.values()), gpu.hbm_bytes
-    return max(need.values()), gpu.hbm_bytes
+    return need
 
 
 def why_winner(best, other, best_trace: Trace, other_trace: Trace,

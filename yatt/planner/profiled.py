@@ -13,7 +13,11 @@ points and extrapolates along the roofline's form:
                   groups (`train_tp`, `train_dp`: collectives and waits between ranks; a
                   measured DP ratio replaces the analytic gradient all-reduce)
   reference pass  t = c_seq*sequences + c1*padded_tokens + c2*sum(n*longest^2)
-                  (right-padded forwards, grouped as `exec.workers.ReferenceWorker` groups them)
+                  (right-padded forwards, grouped as `exec.workers.ReferenceWorker` groups them;
+                  also the trainer's old-log-prob forward), times the analytic TP/PP ratio
+                  for a pipeline (PP > 1)
+  mini-batches    the simulator asks `train_time` once per mini-batch: the fit's per-step
+                  constant holds the optimizer step, so each mini-batch pays it
   decode step     t = a0 + a1*batch + a2*batch*mean_ctx
   prefill         t = p1*tokens + p2*tokens^2 per request, on top of the step it rides in
   join            t = j0 + j1*tokens + j2*tokens^2 per request admitted into a batch that is
@@ -76,7 +80,8 @@ SYNC_RPCS = 2
 _CONTENTION: dict[Phase, Callable[[Contention], float]] = {
     Phase.RELOAD: lambda c: c.reload, Phase.OFFLOAD: lambda c: c.offload,
     Phase.ROLLOUT: lambda c: c.decode, Phase.GENRM: lambda c: c.decode,
-    Phase.REF_LOGPROB: lambda c: c.logprob, Phase.TRAIN: lambda c: c.train}
+    Phase.REF_LOGPROB: lambda c: c.logprob, Phase.OLD_LOGPROB: lambda c: c.logprob,
+    Phase.TRAIN: lambda c: c.train}
 
 
 def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
@@ -241,7 +246,10 @@ class ProfiledCostModel(CostModel):
         if f is None or f.logprob is None or not len(seq_lens):
             return self.analytic.logprob_time(model, seq_lens, par)
         lens = [int(s) for s in seq_lens]
-        return float(_logprob_features(lens) @ f.logprob) + REF_RPCS * self.tables.rpc_s
+        t = float(_logprob_features(lens) @ f.logprob)
+        if par.pp > 1:  # the measured forward is one device's; a pipeline's from the roofline
+            t *= self._tp_scale(model, lens, par)
+        return t + REF_RPCS * self.tables.rpc_s
 
     # ---- inference ---------------------------------------------------------------------
     def _engine_fit(self, model: ModelSpec, tp: int) -> Optional[_Fits]:

@@ -106,6 +106,18 @@ class Replay:
         return phase_rows(self.recorded, self.predicted, self.steps)
 
 
+CALIBRATE_ABOVE = 0.15  # per-phase median |error| above which replay suggests calibrating
+
+
+def median_phase_error(rep: "Replay") -> float:
+    """Median |relative error| over the (phase, role) rows that recorded any time; NaN if none."""
+    errs = sorted(abs(r.error) for r in rep.phases() if r.error == r.error)
+    if not errs:
+        return float("nan")
+    m = len(errs) // 2
+    return errs[m] if len(errs) % 2 else (errs[m - 1] + errs[m]) / 2
+
+
 def _only_steps(trace: Trace, steps: Sequence[int]) -> Trace:
     keep = set(steps)
     return Trace(trace.meta, tuple(s for s in trace.samples if s.step in keep),

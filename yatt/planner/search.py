@@ -4,13 +4,16 @@ Why: the step time of a placement has no closed form (long tails, streaming, KV 
 so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends few calls:
 
 - Full colocate: the phases run one after another, so step time is (nearly) separable in
-  the TP of each role. Coordinate descent over each role's feasible TPs finds the optimum
-  in 1 + sum(options - 1) simulations.
+  the TP of each role and the trainer's TP x PP layout. Coordinate descent over each
+  role's feasible options finds the optimum in 1 + sum(options - 1) simulations.
 - Partial colocate: for each (rollout TP, GenRM TP) pair, step time over the split
   r = rollout devices is usually unimodal (too few rollout devices: rollout-bound; too
   few GenRM devices: judge-bound). A coarse grid checks that; if the grid is unimodal,
   an integer ternary search refines inside the bracket (as WeChat-YATT describes). If it
   is not, we fall back to a bounded scan and say so. A final hill-climb checks neighbours.
+  The trainer runs on every device after generation in both modes, so its layout adds the
+  same time to either: partial colocate takes the layout full colocate found best (and
+  searches it as a third coordinate when full colocate is not searched).
 - The best few candidates are re-simulated over `search.seeds` seeds: mean +/- spread.
 
 `exhaustive=True` simulates everything (for tests and the regret benchmark).
@@ -36,18 +39,41 @@ from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space
 from .splitsearch import coordinate_descent, local_split, search_split
+from .why_pp import trainer_note
 
-Key = tuple[Mode, int, int, int, int]  # mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp
+# mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp, trainer pp
+Key = tuple[Mode, int, int, int, int, int]
 Progress = Callable[[int, str], None]
+
+
+@dataclass(frozen=True)
+class SeedRun:
+    """What one seed's simulation of a placement adds up to."""
+
+    step_time: float        # mean step time over the simulated steps
+    steps: int
+    kept: int               # trained samples, all steps
+    trained_tokens: int     # prompt + response tokens of the trained samples, all steps
+    bubble: float           # idle fraction of device time
+
+    @staticmethod
+    def of(trace: Trace, stats: StepStats) -> "SeedRun":
+        tokens = sum(s.prompt_tokens + s.response_tokens for s in trace.samples if s.kept)
+        return SeedRun(stats.step_time_mean, stats.steps, stats.samples_kept, tokens,
+                       stats.bubble_fraction)
 
 
 @dataclass(frozen=True)
 class Candidate:
     key: Key
     plan: Plan
-    step_times: tuple[float, ...]   # one per seed
-    stats: StepStats                # of the seed-0 simulation
+    runs: tuple[SeedRun, ...]       # one per seed, seed 0 first
+    stats: StepStats                # of the seed-0 simulation (the drawn timeline)
     trace: Trace                    # the seed-0 simulation
+
+    @property
+    def step_times(self) -> tuple[float, ...]:
+        return tuple(r.step_time for r in self.runs)
 
     @property
     def mean(self) -> float:
@@ -58,6 +84,30 @@ class Candidate:
         m = self.mean
         return math.sqrt(sum((t - m) ** 2 for t in self.step_times) / len(self.step_times))
 
+    # Throughputs pool the same seeds as `mean`: what all seeds trained over all their step
+    # time. Seeds draw the same lengths (and the same dropped groups) whatever the
+    # placement, so throughput orders placements exactly as `mean` does.
+    def _seconds(self) -> float:
+        return sum(r.step_time * r.steps for r in self.runs)
+
+    @property
+    def samples_per_s(self) -> float:
+        t = self._seconds()
+        return sum(r.kept for r in self.runs) / t if t > 0 else float("nan")
+
+    @property
+    def tokens_per_s(self) -> float:
+        t = self._seconds()
+        return sum(r.trained_tokens for r in self.runs) / t if t > 0 else float("nan")
+
+    @property
+    def bubble(self) -> float:
+        """Idle fraction of device time, mean over seeds."""
+        return sum(r.bubble for r in self.runs) / len(self.runs)
+
+    def __repr__(self) -> str:  # the trace holds every span: keep the repr one line
+        return f"Candidate({self.plan.describe()!r}, {self.mean:.2f}±{self.spread:.2f} s/step)"
+
 
 @dataclass(frozen=True)
 class SplitReport:
@@ -66,8 +116,12 @@ class SplitReport:
     splits: int          # legal splits for this TP pair
     evaluated: int       # splits simulated
     unimodal: bool       # the coarse grid looked unimodal
-    method: str          # "exhaustive" | "ternary" | "scan"
+    method: str          # "exhaustive" | "ternary" | "scan" | "local"
     best_rollout_devices: int
+
+    def __post_init__(self) -> None:
+        # "best" is a simulated split: at least one, and no more than there are
+        assert 1 <= self.evaluated <= self.splits, self
 
 
 @dataclass(frozen=True)
@@ -79,6 +133,7 @@ class SearchResult:
     split_reports: tuple[SplitReport, ...]
     seconds: float
     note: str = ""  # how the search was done, when it is not the plain direct search
+    trainer_note: str = ""  # why the best plan's trainer runs a pipeline (`why_pp`)
 
     @property
     def best(self) -> Candidate:
@@ -89,6 +144,10 @@ class SearchResult:
             if c.plan.mode is mode:
                 return c
         return None
+
+    def __repr__(self) -> str:
+        return (f"SearchResult(best={self.best!r}, {len(self.ranked)} ranked, "
+                f"{self.simulations} simulations)")
 
 
 @dataclass
@@ -108,12 +167,14 @@ class _Evaluator:
         return len({s.step for s in self.recorded}) if self.recorded else 1
 
     def plan(self, key: Key) -> Plan:
-        mode, r, rtp, gtp, ttp = key
-        # The reference is an inference engine for the actor: the trainer's TP when the
-        # engine TP choices allow it (the executor may restrict them), else the rollout's.
-        ref_tp = ttp if ttp in self.exp.search.engine_tps else rtp
+        mode, r, rtp, gtp, ttp, tpp = key
+        # The reference is an inference-only copy of the actor: the trainer's TP x PP when
+        # the engine TP choices allow its TP (the executor may restrict them), else the
+        # rollout engines' TP.
+        ref = (ttp, tpp) if ttp in self.exp.search.engine_tps else (rtp, 1)
         return make_plan(self.exp, mode, rollout_devices=r or None, rollout_tp=rtp,
-                         genrm_tp=gtp, trainer_tp=ttp, reference_tp=ref_tp)
+                         genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp, reference_tp=ref[0],
+                         reference_pp=ref[1])
 
     def __call__(self, key: Key) -> float:
         if key not in self.cache:
@@ -122,7 +183,7 @@ class _Evaluator:
                              recorded=self.recorded)
             self.sims += 1
             stats = summarize(trace)
-            self.cache[key] = Candidate(key, plan, (stats.step_time_mean,), stats, trace)
+            self.cache[key] = Candidate(key, plan, (SeedRun.of(trace, stats),), stats, trace)
             if self.progress:
                 self.progress(self.sims, plan.describe())
         return self.cache[key].step_times[0]
@@ -146,45 +207,51 @@ def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: b
     ev = _Evaluator(exp, cost, progress, recorded)
     has_genrm = exp.genrm is not None and bool(space.genrm_tps)
     gtps = space.genrm_tps if has_genrm else (1,)
+    layouts = list(space.trainer_layouts)
     modes = exp.search.modes
     space_size = 0
     reports: list[SplitReport] = []
-    best = (space.rollout_tps[0], gtps[0], space.trainer_tps[0])
+    best = (space.rollout_tps[0], gtps[0], layouts[0])
+    colocate = Mode.COLOCATE in modes or not has_genrm
 
-    if Mode.COLOCATE in modes or not has_genrm:
-        space_size += len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
-        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, *k)),
-                                  [list(space.rollout_tps), list(gtps), list(space.trainer_tps)],
-                                  exhaustive)
+    if colocate:
+        space_size += len(space.rollout_tps) * len(gtps) * len(layouts)
+        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, k[0], k[1], *k[2])),
+                                  [list(space.rollout_tps), list(gtps), layouts], exhaustive)
     if Mode.PARTIAL in modes and has_genrm:
         space_size += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
-                          for g in gtps) * len(space.trainer_tps)
+                          for g in gtps) * len(layouts)
         g_total = exp.cluster.num_gpus
-        memo: dict[tuple[int, int, int], tuple[float, int]] = {}
+        memo: dict[tuple[int, int, tuple[int, int]], tuple[float, int]] = {}
         anchor: list[float] = []  # rollout fraction of the first full split search
 
-        def best_split(rtp: int, gtp: int, ttp: int) -> float:
-            """Best partial step time for a TP triple. The first triple gets the guarded
-            ternary search; later ones hill-climb from the first one's rollout fraction."""
-            if (rtp, gtp, ttp) not in memo:
+        def best_split(rtp: int, gtp: int, lay: tuple[int, int]) -> float:
+            """Best partial step time for a (rollout TP, GenRM TP, trainer layout). The
+            first gets the guarded ternary search; later ones hill-climb from the first
+            one's rollout fraction."""
+            if (rtp, gtp, lay) not in memo:
                 splits = partial_splits(exp, rtp, gtp)
                 if not splits:
-                    memo[(rtp, gtp, ttp)] = (math.inf, 0)
+                    memo[(rtp, gtp, lay)] = (math.inf, 0)
                 else:
-                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, ttp))  # noqa: E731
+                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, *lay))  # noqa: E731
                     if exhaustive or not anchor:
                         r, uni, method, calls = search_split(f, splits, exhaustive=exhaustive)
                         anchor.append(r / g_total)
                     else:
                         r, uni, method, calls = local_split(f, splits, anchor[0])
                     reports.append(SplitReport(rtp, gtp, len(splits), calls, uni, method, r))
-                    memo[(rtp, gtp, ttp)] = (f(r), r)
-            return memo[(rtp, gtp, ttp)][0]
+                    memo[(rtp, gtp, lay)] = (f(r), r)
+            return memo[(rtp, gtp, lay)][0]
 
-        for ttp in (list(space.trainer_tps) if exhaustive else [best[2]]):
-            start = (best[0], best[1])
-            coordinate_descent(lambda k, ttp=ttp: best_split(k[0], k[1], ttp),
-                               [list(space.rollout_tps), list(gtps)], exhaustive, start=start)
+        if exhaustive or colocate:
+            for lay in (layouts if exhaustive else [best[2]]):
+                coordinate_descent(lambda k, lay=lay: best_split(k[0], k[1], lay),
+                                   [list(space.rollout_tps), list(gtps)], exhaustive,
+                                   start=(best[0], best[1]))
+        else:  # no full-colocate search chose the trainer layout: search it here
+            coordinate_descent(lambda k: best_split(*k), [list(space.rollout_tps), list(gtps), layouts],
+                               False, start=best)
     if not ev.cache:
         raise InputError("no placement to simulate: search.modes allows none that apply "
                          f"(modes: {[m.value for m in modes]}, GenRM: {bool(exp.genrm)})")
@@ -251,27 +318,30 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
                       f"{small.workload.prompts_per_step} prompts), shortlist re-simulated at full size")
     final.sort(key=lambda c: (c.mean, c.key))
+    best = final[0].key
+    tried = {c.key[4:]: c.step_times[0] for c in found.evaluator.cache.values()
+             if c.key[:4] == (best[0], best[1] // factor, *best[2:4])}
     return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
                         _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
-                        slice_note)
+                        slice_note, trainer_note(exp, space, final[0].plan, tried))
 
 
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
 
 
-def _one(job: Job) -> tuple[float, Optional[Trace]]:
+def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     plan, workload, cost, seed, recorded = job
     steps = len({s.step for s in recorded}) if recorded else 1
     trace = simulate(plan, workload, cost, seed=seed, steps=steps, recorded=recorded)
-    t = summarize(trace).step_time_mean
-    return t, (trace if seed == 0 else None)
+    return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
-def _run_jobs(jobs: list[Job], progress: Optional[Progress], done: int) -> list[tuple[float, Optional[Trace]]]:
+def _run_jobs(jobs: list[Job], progress: Optional[Progress],
+              done: int) -> list[tuple[SeedRun, Optional[Trace]]]:
     """Run independent simulations side by side on the machine's cores (fork-based pool;
     serial where there is one core or one job)."""
     workers = min(len(jobs), os.cpu_count() or 1, 8)
-    results: list[tuple[float, Optional[Trace]]] = []
+    results: list[tuple[SeedRun, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():
         with mp.get_context("fork").Pool(workers) as pool:
             for r in pool.imap(_one, jobs):
@@ -293,7 +363,7 @@ def _reseed_many(exp: Experiment, cost: CostModel, cands: list[Candidate], seeds
     jobs = [(c.plan, exp.workload, cost, s, recorded) for c in cands for s in range(1, seeds)]
     res = _run_jobs(jobs, progress, done) if jobs else []
     k = seeds - 1
-    return [Candidate(c.key, c.plan, c.step_times + tuple(t for t, _ in res[i * k:(i + 1) * k]),
+    return [Candidate(c.key, c.plan, c.runs + tuple(r for r, _ in res[i * k:(i + 1) * k]),
                       c.stats, c.trace) for i, c in enumerate(cands)]
 
 
@@ -308,14 +378,14 @@ def _simulate_many(exp: Experiment, cost: CostModel, keys: list[Key], seeds: int
         chunk = results[i * seeds:(i + 1) * seeds]
         trace = chunk[0][1]
         assert trace is not None
-        out.append(Candidate(k, jobs[i * seeds][0], tuple(t for t, _ in chunk), summarize(trace), trace))
+        out.append(Candidate(k, jobs[i * seeds][0], tuple(r for r, _ in chunk), summarize(trace), trace))
     return out
 
 
 def _full_space_size(exp: Experiment, space: Space) -> int:
     gtps = space.genrm_tps or (1,)
-    n = len(space.rollout_tps) * len(gtps) * len(space.trainer_tps)
+    n = len(space.rollout_tps) * len(gtps) * len(space.trainer_layouts)
     if exp.genrm is not None and Mode.PARTIAL in exp.search.modes:
         n += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
-                 for g in gtps) * len(space.trainer_tps)
+                 for g in gtps) * len(space.trainer_layouts)
     return n

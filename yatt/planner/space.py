@@ -1,28 +1,40 @@
-"""The placement space: which TP sizes and partial-colocate splits are legal and fit.
+"""The placement space: which TP sizes, trainer TP x PP layouts and partial-colocate splits
+are legal and fit.
 
 Why: the search should simulate only placements that can run. This module enumerates
 them from the experiment, prunes with the memory model, and says in plain words why a
 role fits nowhere ("Qwen2.5-Math-72B GenRM needs TP >= 4 on A100-80G (weights 145 GB)").
+A trainer layout is (TP, PP): TP groups sit inside a node, a model replica's TP x PP
+devices may span nodes (pipeline stages then hop between nodes), DP fills the cluster.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
 from yatt.core.plan import Experiment, Parallel
 from yatt.core.roles import ReleasePolicy, Role
-from yatt.core.specs import ModelSpec
+from yatt.core.specs import AdamMoments, ModelSpec
 
 from . import memory
+
+
+Layout = tuple[int, int]  # a trainer's (TP, PP)
 
 
 @dataclass(frozen=True)
 class Space:
     rollout_tps: tuple[int, ...]
     genrm_tps: tuple[int, ...]      # empty when the reward is rule-based
-    trainer_tps: tuple[int, ...]
+    trainer_layouts: tuple[Layout, ...]  # (TP, PP) that fit, by PP then TP
     problems: tuple[str, ...]       # why some role fits nowhere (empty = feasible)
     notes: tuple[str, ...]          # pruned options worth telling the user about
+
+    @property
+    def trainer_tps(self) -> tuple[int, ...]:
+        """The trainer TP sizes of some fitting layout."""
+        return tuple(sorted({tp for tp, _ in self.trainer_layouts}))
 
 
 def _max_seq(exp: Experiment) -> int:
@@ -57,13 +69,69 @@ def _engine_tps(exp: Experiment, model: ModelSpec, role: Role, min_kv: int,
     return tuple(ok), notes
 
 
-def _trainer_fits(exp: Experiment, tp: int) -> memory.MemoryBreakdown:
-    g = exp.cluster.num_gpus
-    return memory.trainer_memory(exp.actor, Parallel(tp, 1, g // tp), exp.algo, exp.cluster.gpu)
+def trainer_parallel(exp: Experiment, layout: Layout) -> Parallel:
+    """The trainer's Parallel for a (TP, PP) layout on the whole cluster."""
+    tp, pp = layout
+    return Parallel(tp, pp, exp.cluster.num_gpus // (tp * pp))
+
+
+def trainer_layout_memory(exp: Experiment, layout: Layout) -> memory.MemoryBreakdown:
+    """The fullest pipeline stage's bytes per device for a (TP, PP) layout."""
+    return memory.trainer_memory(exp.actor, trainer_parallel(exp, layout), exp.algo, exp.cluster.gpu)
+
+
+def legal_layouts(exp: Experiment) -> list[Layout]:
+    """Trainer (TP, PP) layouts the cluster and model allow, by PP then TP: TP legal for the
+    actor inside a node, PP dividing the layers, TP x PP dividing the cluster, and a replica
+    either inside a node or made of whole nodes (so stage hops are node-aligned)."""
+    c, m = exp.cluster, exp.actor
+    out = []
+    for pp in sorted(set(exp.search.pp_choices)):
+        for tp in sorted(set(exp.search.tp_choices)):
+            k = tp * pp
+            if not _legal_tp(m, tp, exp) or m.layers % pp or c.num_gpus % k:
+                continue
+            if pp > 1 and k % c.gpus_per_node and c.gpus_per_node % k:
+                continue
+            out.append((tp, pp))
+    return out
+
+
+def layout_text(layout: Layout) -> str:
+    tp, pp = layout
+    return f"tp{tp}" + (f"·pp{pp}" if pp > 1 else "")
+
+
+def _state_gb(mb: memory.MemoryBreakdown) -> float:
+    return (mb.weights + mb.grads + mb.optimizer) / 1e9
+
+
+def _trainer_no_fit(exp: Experiment, legal: list[Layout]) -> str:
+    """Why no trainer layout fits: the closest one, in bytes, and what would help."""
+    gpu = exp.cluster.gpu
+    head = (f"{exp.actor.name} training state does not fit at any TP×PP (TP in "
+            f"{sorted(set(exp.search.tp_choices))}, PP in {sorted(set(exp.search.pp_choices))}) "
+            f"on {exp.cluster.num_gpus} x {gpu.name}")
+    if not legal:
+        return head + ": no legal layout"
+    best = min(legal, key=lambda lay: (trainer_layout_memory(exp, lay).total, lay[1], lay[0]))
+    mb = trainer_layout_memory(exp, best)
+    par = trainer_parallel(exp, best)
+    stage = f"stage {mb.stage} of {mb.stages}: " if mb.stages > 1 else ""
+    why = (f": the least is {mb.total / 1e9:.1f} GB of {mb.capacity / 1e9:.0f} GB per device, at "
+           f"{layout_text(best)}·dp{par.dp} ({stage}weights+grads+optimizer {_state_gb(mb):.1f} GB, "
+           f"activations {mb.activations / 1e9:.1f} GB)")
+    hint = ""
+    if exp.algo.adam_moments is AdamMoments.FP32:
+        bf16 = dataclasses.replace(exp, algo=dataclasses.replace(exp.algo, adam_moments=AdamMoments.BF16))
+        fit = [lay for lay in legal if trainer_layout_memory(bf16, lay).fits()]
+        if fit:
+            hint = (f"; with algo.adam_moments: bf16 (8 B/param of Adam state, not 12) "
+                    f"{layout_text(fit[0])} fits")
+    return head + why + hint
 
 
 def placement_space(exp: Experiment) -> Space:
-    choices = tuple(sorted(set(exp.search.tp_choices)))
     gpu = exp.cluster.gpu
     problems: list[str] = []
     notes: list[str] = []
@@ -78,31 +146,30 @@ def placement_space(exp: Experiment) -> Space:
         notes += n
         if not g_tps:
             problems.append(_no_fit(exp.genrm, "GenRM", gpu.name, gpu.hbm_gb, engine_choices, exp))
-    t_tps = []
-    for tp in choices:
-        if not _legal_tp(exp.actor, tp, exp):
-            continue
-        mb = _trainer_fits(exp, tp)
+    legal = legal_layouts(exp)
+    layouts = []
+    for lay in legal:
+        mb = trainer_layout_memory(exp, lay)
         if mb.fits():
-            t_tps.append(tp)
+            layouts.append(lay)
         else:
-            notes.append(f"{exp.actor.name} trainer at TP={tp}: needs {mb.total / 1e9:.0f} GB of "
-                         f"{mb.capacity / 1e9:.0f} GB")
-    if not t_tps:
-        problems.append(f"{exp.actor.name} training state does not fit at any TP in "
-                        f"{list(choices)} on {exp.cluster.num_gpus} x {gpu.name}")
-    if r_tps and t_tps and (exp.genrm is None or g_tps):
-        notes += _release_notes(exp, r_tps[0], g_tps[0] if g_tps else None, t_tps[0])
-    return Space(r_tps, g_tps, tuple(t_tps), tuple(problems), tuple(notes))
+            notes.append(f"{exp.actor.name} trainer at {layout_text(lay)}: needs "
+                         f"{mb.total / 1e9:.0f} GB of {mb.capacity / 1e9:.0f} GB")
+    if not layouts:
+        problems.append(_trainer_no_fit(exp, legal))
+    if r_tps and layouts and (exp.genrm is None or g_tps):
+        notes += _release_notes(exp, r_tps[0], g_tps[0] if g_tps else None, layouts[0])
+    return Space(r_tps, g_tps, tuple(layouts), tuple(problems), tuple(notes))
 
 
 def resident_colocate_memory(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
-                             trainer_tp: int) -> tuple[float, float]:
+                             trainer_tp: int, trainer_pp: int = 1) -> tuple[float, float]:
     """(bytes per device, capacity) when every role of a full-colocate plan stays resident:
     each engine keeps its whole `gpu_memory_utilization` share (vLLM preallocates it), the
-    trainer its full state, the reference its weights and one forward (reserve counted once)."""
-    gpu, g = exp.cluster.gpu, exp.cluster.num_gpus
-    par = Parallel(trainer_tp, 1, g // trainer_tp)
+    trainer its full state (fullest stage), the reference its weights and one forward
+    (reserve counted once)."""
+    gpu = exp.cluster.gpu
+    par = trainer_parallel(exp, (trainer_tp, trainer_pp))
     engines = 1 + (genrm_tp is not None)
     need = engines * gpu.hbm_bytes * exp.engine.gpu_memory_utilization
     t = memory.trainer_memory(exp.actor, par, exp.algo, gpu)
@@ -114,12 +181,12 @@ def resident_colocate_memory(exp: Experiment, rollout_tp: int, genrm_tp: int | N
 
 
 def _release_notes(exp: Experiment, rollout_tp: int, genrm_tp: int | None,
-                   trainer_tp: int) -> list[str]:
+                   trainer: Layout) -> list[str]:
     """What the memory model says about the configured release policy (full colocate, at the
     smallest TPs that fit): resident skips the per-step offload/reload (on CPU: engine
     teardown and re-create, seconds per step), so say when it fits and was not chosen, and
     warn when it was chosen and does not fit. The policy itself stays the user's choice."""
-    need, cap = resident_colocate_memory(exp, rollout_tp, genrm_tp, trainer_tp)
+    need, cap = resident_colocate_memory(exp, rollout_tp, genrm_tp, *trainer)
     fits = need <= cap
     amount = f"{need / 1e9:.2f} GB of {cap / 1e9:.2f} GB per device"
     if exp.search.release is ReleasePolicy.RESIDENT:

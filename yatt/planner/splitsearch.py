@@ -91,7 +91,8 @@ def coordinate_descent(f: Callable[[tuple[int, ...]], float], options: list[list
 
 def local_split(f: Callable[[int], float], splits: list[int], frac: float) -> tuple[int, bool, str, int]:
     """Hill-climb from the split nearest `frac` of the cluster (a warm start from another
-    TP pair's optimum). Returns (best, unimodal-unknown=True, "local", calls)."""
+    TP pair's optimum). Returns (best, unimodal-unknown=True, "local", calls); `best` is
+    always among the `calls` splits simulated."""
     seen: dict[int, float] = {}
 
     def ev(i: int) -> float:
@@ -101,6 +102,7 @@ def local_split(f: Callable[[int], float], splits: list[int], frac: float) -> tu
 
     total = splits[-1] + splits[0]  # ~ cluster size
     i = min(range(len(splits)), key=lambda j: abs(splits[j] - frac * total))
+    ev(i)  # the start is simulated too (with one split it is the only one, and the best)
     while True:
         nbrs = [j for j in (i - 1, i + 1) if 0 <= j < len(splits)]
         j = min(nbrs, key=lambda j: (ev(j), j)) if nbrs else i

@@ -2,7 +2,7 @@
 Megatron train step, and HF-`transformers` decode steps against batch size.
 
 Why: the planner's GPU entries (`yatt/catalog/gpus.yaml`) should cite measurements, not
-datasheets. `bench/gpu_probe.py` runs these on a lent GPU inside one short lease and
+datasheets. `bench/gpu_probe.py` runs these on a GPU machine in one short process and
 writes the raw numbers; the catalog cites that file. Every probe is device-generic (it
 also runs on CPU with tiny sizes, which is how the tests exercise it here) and returns
 plain frozen records. torch/transformers/megatron are imported inside the functions.

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 from yatt.core.plan import Experiment
-from yatt.core.roles import RewardSource
 
 from yatt.planner.costmodel import Efficiency
 from yatt.planner.profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
@@ -302,7 +301,7 @@ def models_to_measure(exps: Sequence[Experiment]) -> tuple[list, list]:
     for e in exps:
         actors.setdefault(e.actor.name, e)
     for e in exps:
-        if e.algo.reward is RewardSource.GENRM and e.genrm.name not in actors:
+        if e.algo.reward.needs_genrm and e.genrm.name not in actors:
             genrms.setdefault(e.genrm.name, e)
     return list(actors.values()), list(genrms.values())
 

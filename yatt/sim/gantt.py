@@ -1,10 +1,10 @@
 """PNG Gantt chart of a Trace with a utilization strip (matplotlib, Agg, imported lazily).
 
 Why: a picture of who is busy when is how a person checks a plan. Devices are grouped
-into rows by the role placement they belong to (devices with the same set of roles share
-a row block; large blocks are drawn as one bar per TP group of the rollout/GenRM engines
-would be unreadable at 48+ devices, so each row is one device but rows are thin and the
-block is labelled). A strip below shows the fraction of devices busy over time.
+into rows by the roles placed on them: devices with the same set of roles share a row
+block, labelled by every role on it. One bar per TP group would be unreadable at 48+
+devices, so each row is one device, rows are thin and the block is labelled. A strip
+below shows the fraction of devices busy over time.
 """
 from __future__ import annotations
 
@@ -13,21 +13,22 @@ from pathlib import Path
 from yatt.core import Phase, Role, Trace
 
 COLORS = {Phase.ROLLOUT: "#4C72B0", Phase.GENRM: "#DD8452", Phase.TRAIN: "#55A868",
-          Phase.REF_LOGPROB: "#8172B3", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
+          Phase.REF_LOGPROB: "#8172B3", Phase.OLD_LOGPROB: "#64B5CD", Phase.OFFLOAD: "#C44E52", Phase.RELOAD: "#937860",
           Phase.WEIGHT_SYNC: "#DA8BC3", Phase.CHECKPOINT: "#8C8C8C", Phase.CONTROLLER: "#CCB974"}
 
 
 def _device_groups(trace: Trace) -> list[tuple[str, list[int]]]:
+    """Devices grouped by the set of roles placed on them, labelled by all those roles
+    (a colocated device reads "rollout+genrm+trainer+reference"); "idle" where none."""
     plan = trace.meta.plan
-    key: dict[int, tuple[str, ...]] = {}
+    on: dict[int, set[Role]] = {}
     for p in plan.placements:
-        if p.role in (Role.TRAINER, Role.REFERENCE):
-            continue
         for d in p.devices:
-            key[d] = key.get(d, ()) + (p.role.value,)
+            on.setdefault(d, set()).add(p.role)
     groups: dict[tuple[str, ...], list[int]] = {}
     for d in range(plan.cluster.num_gpus):
-        groups.setdefault(key.get(d, ("trainer",)), []).append(d)
+        key = tuple(r.value for r in Role if r in on.get(d, ())) or ("idle",)
+        groups.setdefault(key, []).append(d)
     return [("+".join(k), v) for k, v in groups.items()]
 
 

@@ -21,7 +21,7 @@ from typing import Optional, Sequence
 import numpy as np
 import simpy
 
-from yatt.core import (CostModel, InputError, Phase, Plan, RewardSource, Role,
+from yatt.core import (CostModel, InputError, Phase, Plan, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, step_schedule
@@ -68,9 +68,10 @@ class _Run:
                  recorded: Optional[dict[int, list[SampleRecord]]]) -> None:
         self.plan, self.w, self.cost, self.seed, self.recorded = plan, w, cost, seed, recorded
         algo = plan.experiment.algo
-        self.has_genrm = algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
+        self.has_genrm = algo.reward.needs_genrm and plan.has(Role.GENRM)
         self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
-                                   reference=algo.use_reference and plan.has(Role.REFERENCE))
+                                   reference=algo.use_reference and plan.has(Role.REFERENCE),
+                                   old_logprobs=algo.old_logprobs)
         eng = plan.experiment.engine
         self.kv = {Role.ROLLOUT: self._kv(Role.ROLLOUT, eng.gpu_memory_utilization)}
         self.max_seqs = {Role.ROLLOUT: eng.max_num_seqs, Role.GENRM: eng.genrm_max_num_seqs}
@@ -363,8 +364,11 @@ class _Step:
             if stage.phase is Phase.REF_LOGPROB:
                 ref_dp = plan.placement(Role.REFERENCE).dp
                 rsp = sp if ref_dp == tr_dp else split(plan, seq[kept], kept, ref_dp)
-                end = rank_phase(plan, self.cost, Role.REFERENCE, Phase.REF_LOGPROB, rsp, seq, now,
-                                 self.step, self.run.spans, name="ref_logprob")
+                end = rank_phase(plan, self.cost, Role.REFERENCE, Phase.REF_LOGPROB, rsp.bins, seq,
+                                 now, self.step, self.run.spans, name="ref_logprob")
+            elif stage.phase is Phase.OLD_LOGPROB:  # the trainer's forward over its own share
+                end = rank_phase(plan, self.cost, Role.TRAINER, Phase.OLD_LOGPROB, sp.bins, seq,
+                                 now, self.step, self.run.spans, name="old_logprob")
             elif stage.phase is Phase.TRAIN:
                 end = train_epochs(plan, self.cost, sp, seq, now, self.step, self.run.spans)
             elif stage.phase is Phase.WEIGHT_SYNC:

@@ -1,10 +1,13 @@
-"""Trainer-side phases: DP balancing, reference log-probs, training epochs, grad sync.
+"""Trainer-side phases: DP balancing, old and reference log-probs, training, grad sync.
 
 Why: these phases are deterministic given the kept samples, so they are computed as
 arithmetic (no per-rank SimPy process is needed): each DP rank gets its balanced share
 (`yatt.core.balance`, the same code the executor uses), runs for `cost.train_time` on it,
 and the slowest rank gates the gradient sync. Each rank's span ends when it finishes, so
-imbalance shows up as idle time (bubbles) on the faster ranks.
+imbalance shows up as idle time (bubbles) on the faster ranks. Training runs
+`algo.ppo_epochs` epochs of `algo.mini_batches` optimizer steps: each rank trains on one
+mini-batch of its share (`balance.mini_batches`), then every rank reduces gradients and
+steps Adam (`cost.grad_sync_time`) before the next mini-batch starts.
 """
 from __future__ import annotations
 
@@ -43,16 +46,16 @@ def split(plan: Plan, seq_lens: np.ndarray, index: np.ndarray, dp: int) -> Split
     return Split(bins, balance.loads(costs, parts), plan.balance.value)
 
 
-def rank_phase(plan: Plan, cost: CostModel, role: Role, phase: Phase, sp: Split,
+def rank_phase(plan: Plan, cost: CostModel, role: Role, phase: Phase, bins: list,
                seq: np.ndarray, start: float, step: int, spans: list, name: str = "") -> float:
-    """One compute pass (train or ref log-prob) of every DP rank from `start`; returns the
-    time the slowest rank ends."""
+    """One compute pass (train, or a forward for old or reference log-probs) of every DP
+    rank over its bin of pool indices, from `start`; returns the time the slowest rank ends."""
     pl = plan.placement(role)
     par, model = pl.parallel, plan.model_for(role)
     fn = cost.train_time if phase is Phase.TRAIN else cost.logprob_time
     k = slowdown(cost, phase, len(pl.devices))  # every rank runs at once on its devices
     end = start
-    for group, members in zip(pl.groups(), sp.bins):
+    for group, members in zip(pl.groups(), bins):
         lens = seq[members].tolist() if members else []
         t = k * fn(model, lens, par) if lens else 0.0
         spans.append(SpanRecord(step=step, role=role, phase=phase, devices=tuple(group),
@@ -63,15 +66,23 @@ def rank_phase(plan: Plan, cost: CostModel, role: Role, phase: Phase, sp: Split,
 
 def train_epochs(plan: Plan, cost: CostModel, sp: Split, seq: np.ndarray, start: float,
                  step: int, spans: list) -> float:
-    """algo.ppo_epochs of (train on every rank, then DP grad sync); returns the end time."""
+    """algo.ppo_epochs x algo.mini_batches of (train one mini-batch on every rank, then DP
+    grad sync and the optimizer step); returns the end time. Spans are named by epoch
+    ("train e0"), and by mini-batch too when there are several ("train e0 mb1")."""
     pl = plan.placement(Role.TRAINER)
     model = plan.experiment.actor
+    algo = plan.experiment.algo
     gs = cost.grad_sync_time(model, pl.parallel)
+    k = algo.mini_batches
+    per_rank = [balance.mini_batches(b, k) for b in sp.bins]
     t = start
-    for e in range(plan.experiment.algo.ppo_epochs):
-        t = rank_phase(plan, cost, Role.TRAINER, Phase.TRAIN, sp, seq, t, step, spans,
-                       name=f"train e{e}")
-        spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.TRAIN, devices=pl.devices,
-                                start_s=t, end_s=t + gs, name=f"grad_sync e{e}"))
-        t += gs
+    for e in range(algo.ppo_epochs):
+        for m in range(k):
+            label = f"e{e}" if k == 1 else f"e{e} mb{m}"
+            t = rank_phase(plan, cost, Role.TRAINER, Phase.TRAIN, [mbs[m] for mbs in per_rank],
+                           seq, t, step, spans, name=f"train {label}")
+            spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.TRAIN,
+                                    devices=pl.devices, start_s=t, end_s=t + gs,
+                                    name=f"grad_sync {label}"))
+            t += gs
     return t

@@ -1,0 +1,2 @@
+def score(prompt, response
+    return 1.0

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# yatt --emit verl: 96 x H100-SXM (12 nodes x 8), experiment nemo-aligner-ppo-llama3-70b-8+4-nodes
+# option names checked against verl main as of 2026 (the reward.* config layout of PR #5255, after the 0.7 release): verl/trainer/config/{rollout/rollout.yaml, engine/megatron.yaml, reward/reward.yaml}, docs/advance/reward_loop.rst (2026-02-10)
+# yatt's placement: colocate R96(tp8) G96(tp8) T96(tp8,pp2)
+# verl expresses it as is: hybrid engine with a colocate-mode GenRM.
+ACTOR_MODEL="path/to/Llama-3.1-70B"    # HF checkpoint of the actor
+GENRM_MODEL="path/to/Llama-3.1-70B"    # HF checkpoint of the GenRM
+GENRM_SCORE_FN="path/to/genrm_score.py"    # builds the judging prompt, calls the GenRM, parses its verdict
+python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer \
+  algorithm.adv_estimator=reinforce_plus_plus \
+  data.train_batch_size=1024 \
+  data.max_prompt_length=2048 \
+  data.max_response_length=2048 \
+  actor_rollout_ref.rollout.n=1 \
+  actor_rollout_ref.actor.ppo_mini_batch_size=128 \
+  actor_rollout_ref.actor.ppo_epochs=2 \
+  actor_rollout_ref.model.path="$ACTOR_MODEL" \
+  actor_rollout_ref.hybrid_engine=True \
+  actor_rollout_ref.actor.megatron.tensor_model_parallel_size=8 \
+  actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2 \
+  actor_rollout_ref.ref.megatron.tensor_model_parallel_size=8 \
+  actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef=0.1 \
+  actor_rollout_ref.rollout.name=vllm \
+  actor_rollout_ref.rollout.tensor_model_parallel_size=8 \
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.85 \
+  actor_rollout_ref.rollout.max_num_seqs=8 \
+  reward.reward_model.enable=True \
+  reward.reward_model.model_path="$GENRM_MODEL" \
+  reward.reward_model.rollout.name=vllm \
+  reward.reward_model.rollout.tensor_model_parallel_size=8 \
+  reward.reward_model.rollout.gpu_memory_utilization=0.85 \
+  reward.custom_reward_function.path="$GENRM_SCORE_FN" \
+  reward.reward_model.enable_resource_pool=False \
+  trainer.nnodes=12 \
+  trainer.n_gpus_per_node=8
