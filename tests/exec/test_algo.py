@@ -149,11 +149,15 @@ def test_algo_spec_new_fields_and_backward_compat():
         load_experiment(cfg)
 
 
-def test_mini_batch_slices_cover_in_order():
-    from yatt.exec.algo import mini_batch_slices
-    assert mini_batch_slices(5, 2) == [[0, 1, 2], [3, 4]]
-    assert mini_batch_slices(2, 3) == [[0], [1], []]
-    assert mini_batch_slices(0, 1) == [[]]
+def test_trainer_splits_mini_batches_as_the_simulator_does():
+    """The trainer splits a rank's share with core.balance.mini_batches, the function the
+    simulator charges (one optimizer step per mini-batch, larger first, empty ones kept)."""
+    from yatt.core import balance
+    from yatt.exec import trainer
+    assert trainer.mini_batches is balance.mini_batches
+    assert balance.mini_batches(range(5), 2) == [[0, 1, 2], [3, 4]]
+    assert balance.mini_batches(range(2), 3) == [[0], [1], []]
+    assert balance.mini_batches(range(0), 1) == [[]]
 
 
 def test_reuse_with_several_mini_batches_is_refused():

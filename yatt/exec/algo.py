@@ -136,19 +136,6 @@ def lr_at(step: int, base_lr: float, total_steps: int, schedule: LrSchedule = Lr
     return base_lr * (min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * t)))
 
 
-# ---------------------------------------------------------------------------- mini-batches
-def mini_batch_slices(n: int, k: int) -> list[list[int]]:
-    """Indices 0..n-1 in `k` consecutive, near-equal mini-batches (sizes differ by at most
-    one, larger first); some are empty when n < k (the rank still joins every step)."""
-    base, extra = divmod(n, k)
-    out, start = [], 0
-    for i in range(k):
-        size = base + (1 if i < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
-
-
 # ---------------------------------------------------------------------------- WeChat-YATT options
 SEQ_LEN_BATCH: tuple[tuple[int, int], ...] = ((512, 32), (1024, 16))
 LONG_SEQ_BATCH = 8

@@ -9,7 +9,8 @@ spans with measured cost. Partial colocate: the rollout stage
 streams into the GenRM stage (disjoint devices, bounded queue), then training on all
 devices, then weight sync. Step semantics (prompts, seeds, balancing, loss) are identical.
 With `algo.old_logprobs: recompute` the trainer's own forward pass over the staged batch
-runs just before training, recorded as its own `old_logprob` span.
+is its own stage (the schedule puts it after the trainer's reload, before the reference
+pass), recorded as an `old_logprob` span.
 Dynamic sampling repeats the generate stages (after the schedule's `between_rounds`
 switches) while controllers have replacement groups queued, up to the workload's cap.
 """
@@ -24,7 +25,6 @@ from yatt.core.plan import Plan
 from yatt.core.release import ReleaseAction
 from yatt.core.roles import Phase, Role
 from yatt.core.schedule import Stage, step_schedule
-from yatt.core.specs import OldLogprobs
 
 from .algo import lr_at
 from .data import eval_due
@@ -51,8 +51,8 @@ class StepRunner:
         self.total_steps = total_steps
         self.release, self.genrm = release, genrm
         self.reference = plan.experiment.algo.use_reference
-        self.recompute = plan.experiment.algo.old_logprobs is OldLogprobs.RECOMPUTE
-        self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference)
+        self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference,
+                                      old_logprobs=plan.experiment.algo.old_logprobs)
         m = plan.experiment.actor
         self.attn_w = attention_weight(m.hidden, m.params, m.layers)
         self.handlers: dict[Phase, Callable[[int, Stage], None]] = {
@@ -70,7 +70,6 @@ class StepRunner:
         self._train_out: dict[str, float] = {}
         self._step = step
         self._assign: dict[int, int] | None = None     # the step's batch, once staged
-        self._old_done = False
         self.ctl.call(StepController.begin, step)
         wl = self.plan.experiment.workload
         last = wl.max_resample_rounds if wl.dynamic_sampling else 0
@@ -190,24 +189,19 @@ class StepRunner:
             norm = (km.mean, km.std)
         self.ctl.call(StepController.stage, self._assign, *norm)
 
-    def _old_logprob(self, step: int, stage: Stage | None, start: float | None = None) -> None:
+    def _old_logprob(self, step: int, stage: Stage) -> None:
         """The actor's forward pass over the staged batch before training (`algo.old_logprobs:
-        recompute`); the schedule may list it as its own stage, else `_train` runs it."""
-        if not self.recompute or self._old_done:
-            return
-        t = time.time() if start is None else start
+        recompute`), its own stage where the core schedule puts it (after the trainer's
+        reload, before the reference pass); its span covers staging the batch."""
+        t = time.time()
         self._stage_batch()
         get_all([w.recompute_old_logprobs.remote() for w in self.actors.trainers])
-        self._old_done = True
         self.rec.span(step, Role.TRAINER, Phase.OLD_LOGPROB, self.devices(Role.TRAINER), t,
                       time.time(), sum(n for _, n in self._costs))
 
     def _train(self, step: int, stage: Stage) -> None:
         t = time.time()
         self._stage_batch()
-        if self.recompute and not self._old_done:
-            self._old_logprob(step, None, start=t)   # its span covers the staging
-            t = time.time()
         a = self.plan.experiment.algo
         lr = lr_at(self._step, a.lr, self.total_steps, a.lr_schedule, a.lr_warmup_steps,
                    a.lr_min_ratio)

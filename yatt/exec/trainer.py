@@ -36,14 +36,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from yatt.core.balance import group_consecutive
+from yatt.core.balance import group_consecutive, mini_batches
 from yatt.core.errors import InputError
 from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec, OldLogprobs
 
 from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
-                   micro_batches_by_length, mini_batch_slices, ppo_clip_loss, total_token_loss)
+                   micro_batches_by_length, ppo_clip_loss, total_token_loss)
 from .trainer_state import TrainerState
 
 
@@ -295,7 +295,7 @@ class MegatronTrainer(TrainerState):
             batch = dataclasses.replace(batch, old_logprobs=tuple(
                 tuple(r) for r in self.logprobs(batch.input_ids, batch.prompt_lens)))
         resp = [len(x) - p for x, p in zip(batch.input_ids, batch.prompt_lens)]
-        minis = mini_batch_slices(len(resp), self.algo.mini_batches)
+        minis = mini_batches(range(len(resp)), self.algo.mini_batches)
         old_cache: dict[tuple[int, int], torch.Tensor] = {}   # reuse: epoch 0 log-probs
         first = torch.zeros(4, device=self.device)      # epoch 0: loss, kl, entropy, tokens
         metrics: dict[str, float] = {}
@@ -407,7 +407,7 @@ class MegatronTrainer(TrainerState):
 
         self.ddp.eval()
         plens = batch.prompt_lens
-        minis = mini_batch_slices(len(batch.input_ids), self.algo.mini_batches)
+        minis = mini_batches(range(len(batch.input_ids)), self.algo.mini_batches)
         micros = [self._pack(batch.input_ids, plens, g, key=(m, gi))
                   for m, mini in enumerate(minis)
                   for gi, g in enumerate(self._groups(batch.input_ids, mini))]
