@@ -10,7 +10,8 @@ and a node holds (vLLM's own tensor parallelism; the Plan already keeps every TP
 inside one node), never pipelined; the reference worker one per TP group (an HF forward
 on the group's first device), never pipelined; the Megatron trainer at any TP x PP x DP
 whose PP divides the layers (the Plan checks that) and whose TP divides the KV heads and
-the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only).
+the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only) and,
+at more than one mini-batch, recomputed old log-probs.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Optional
 from .errors import InputError
 from .plan import Plan, SearchSpec
 from .roles import Role
-from .specs import AdamMoments, ModelSpec
+from .specs import AdamMoments, ModelSpec, OldLogprobs
 
 # Engine TP sizes the executor runs; None: every size the model and a node allow.
 ENGINE_TP_CHOICES: Optional[tuple[int, ...]] = None
@@ -66,6 +67,12 @@ def check_runnable(plan: Plan, steps: int) -> None:
     if algo.adam_moments is not AdamMoments.FP32:
         raise InputError(f"adam_moments {algo.adam_moments.value} is planned but "
                          "not executed; allowed: fp32", field="algo.adam_moments")
+    if algo.mini_batches > 1 and algo.old_logprobs is OldLogprobs.REUSE:
+        # the executor's reuse is the first training forward: pre-update only for the
+        # first mini-batch
+        raise InputError(f"mini_batches={algo.mini_batches} needs pre-update old log-probs; "
+                         "allowed: old_logprobs: recompute, or mini_batches: 1",
+                         field="algo.old_logprobs")
     if wl.dynamic_sampling and wl.samples_per_prompt < 2:
         raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
                          "every 1-sample group is; allowed: samples_per_prompt >= 2",

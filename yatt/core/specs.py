@@ -293,15 +293,17 @@ class AlgoSpec:
                                                    "of sequences by the clipped-token ratio")
     mini_batches: int = spec_field(1, ge=1, help="optimizer steps per PPO epoch: the step's batch "
                                    "is split into this many mini-batches (verl's ppo_mini_batch_size); "
-                                   "> 1 needs old_logprobs: recompute")
-    # reuse: each sequence's first forward in training is its old log-prob, which is only
-    # the sampling policy's before the first optimizer step, so mini_batches > 1 needs
-    # recompute (refused otherwise: from the second mini-batch on, reuse would give ratio 1
-    # against already-updated weights, i.e. no correction for the earlier updates)
+                                   "yatt run needs old_logprobs: recompute for > 1")
+    # reuse costs no pass in the planner: old log-probs that already exist (verl can take the
+    # rollout's). The executor's reuse is each sequence's first forward in training, which
+    # is the sampling policy's only before the first optimizer step, so `check_runnable`
+    # refuses reuse with mini_batches > 1 (from the second mini-batch on it would give
+    # ratio 1 against already-updated weights, no correction for the earlier updates)
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
-                                           "reuse each sequence's first training forward (mini_batches "
-                                           "must be 1), or recompute them in a forward pass over the "
-                                           "batch before the first update")
+                                           "reuse (no extra pass; the executor takes each sequence's "
+                                           "first training forward, so yatt run needs mini_batches: "
+                                           "1), or recompute them in a forward pass over the batch "
+                                           "before the first update")
     adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
                                            "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
                                            "planned only: the executor keeps fp32)")
@@ -310,10 +312,6 @@ class AlgoSpec:
         if self.dual_clip and self.dual_clip <= 1.0:
             raise InputError(f"got {self.dual_clip!r}; allowed: 0 (off) or a number > 1",
                              field="dual_clip")
-        if self.mini_batches > 1 and self.old_logprobs is OldLogprobs.REUSE:
-            raise InputError(f"mini_batches={self.mini_batches} needs pre-update old log-probs; "
-                             "allowed: old_logprobs: recompute, or mini_batches: 1",
-                             field="old_logprobs")
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,11 @@ class MegatronTrainer(TrainerState):
         if lr is not None:
             self.set_lr(lr)
         dp_group = ps.get_data_parallel_group()
+        if (batch.old_logprobs is None and self.algo.old_logprobs is OldLogprobs.REUSE
+                and self.algo.mini_batches > 1):   # core.runnable refuses such plans
+            raise InputError(f"mini_batches={self.algo.mini_batches} needs pre-update old "
+                             "log-probs; allowed: old_logprobs: recompute, or mini_batches: 1",
+                             field="algo.old_logprobs")
         if batch.old_logprobs is None and self.algo.old_logprobs is OldLogprobs.RECOMPUTE:
             batch = dataclasses.replace(batch, old_logprobs=tuple(
                 tuple(r) for r in self.logprobs(batch.input_ids, batch.prompt_lens)))
