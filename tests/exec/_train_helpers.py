@@ -86,8 +86,10 @@ def make_batch(dp_rank: int = 0, n: int = 6, seed: int = 0):
 def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> None:
     """One rank of a multi-process trainer scenario; writes rank{rank}.pt to out_dir.
 
-    opts: tp, dp, steps, arch, device, distributed_optimizer, micro_batch_tokens, same_data (bool),
-    save_hf (bool), kl (bool: add ref logprobs = initial logprobs).
+    opts: tp, dp, pp (default 1), steps, arch, device, distributed_optimizer,
+    micro_batch_tokens, mini_batches, old_logprobs, same_data (bool), save_hf (bool),
+    kl (bool: add ref logprobs = initial logprobs), fixed_old (default True: the batch
+    carries the initial log-probs as its old log-probs).
     """
     import dataclasses as dc
 
@@ -99,11 +101,12 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     spec = load_spec() if opts.get("arch", "qwen2") == "qwen2" else llama_spec()
     path = built_model(spec, opts.get("arch", "qwen2"))
     algo = plain_algo(**{k: opts[k] for k in ("lr", "distributed_optimizer",
-                                               "micro_batch_tokens", "kl_coef", "entropy_coef")
+                                               "micro_batch_tokens", "kl_coef", "entropy_coef",
+                                               "mini_batches", "old_logprobs", "ppo_epochs")
                          if k in opts})
     tr = MegatronTrainer(spec, str(path), algo, tp=opts["tp"], dp=opts["dp"], rank=rank,
                          master_addr="127.0.0.1", master_port=port,
-                         device=opts.get("device", "cpu"))
+                         device=opts.get("device", "cpu"), pp=opts.get("pp", 1))
     dp_rank = ps.get_data_parallel_rank()
     if opts.get("split_of") is not None:      # this DP rank's half of a full batch
         full = make_batch(0, n=opts["split_of"])
@@ -114,13 +117,14 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     else:
         batch = make_batch(0 if opts.get("same_data") else dp_rank)
     lp0 = tr.logprobs(batch.input_ids, batch.prompt_lens)
-    batch = dc.replace(batch, old_logprobs=tuple(tuple(r) for r in lp0))  # fixed behaviour policy
+    if opts.get("fixed_old", True):   # a fixed behaviour policy
+        batch = dc.replace(batch, old_logprobs=tuple(tuple(r) for r in lp0))
     if opts.get("kl_coef"):
         batch = dc.replace(batch, ref_logprobs=tuple(tuple(x - 0.01 for x in r) for r in lp0))
     metrics = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     res = {"metrics": metrics, "logprobs0": lp0, "checksum": tr.param_checksum(),
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
-           "cuda": torch.cuda.is_available()}
+           "cuda": torch.cuda.is_available(), "pp_rank": ps.get_pipeline_model_parallel_rank()}
     if opts.get("save_hf"):
         res["hf"] = tr.hf_state_dict()
         res["logprobs_after"] = tr.logprobs(batch.input_ids, batch.prompt_lens)
@@ -150,13 +154,25 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
 
 
-def spawn_trainers(opts: dict, out_dir) -> list[dict]:
-    """Run run_trainer on tp*dp spawned processes; return each rank's result."""
-    import torch
+def _spawn_on_free_port(fn, world: int, opts: dict, out_dir, tries: int = 3) -> None:
+    """mp.spawn `fn` with a fresh rendezvous port; again (up to `tries`) when another
+    process on this shared box took the port between `free_port()` and rank 0's bind."""
     import torch.multiprocessing as mp
-    world = opts["tp"] * opts["dp"]
+    for attempt in range(tries):
+        try:
+            mp.spawn(fn, args=(world, free_port(), opts, str(out_dir)), nprocs=world, join=True)
+            return
+        except mp.ProcessRaisedException as e:
+            if "EADDRINUSE" not in str(e) or attempt == tries - 1:
+                raise
+
+
+def spawn_trainers(opts: dict, out_dir) -> list[dict]:
+    """Run run_trainer on tp*pp*dp spawned processes; return each rank's result."""
+    import torch
+    world = opts["tp"] * opts.get("pp", 1) * opts["dp"]
     Path(out_dir).mkdir(parents=True, exist_ok=True)
-    mp.spawn(run_trainer, args=(world, free_port(), opts, str(out_dir)), nprocs=world, join=True)
+    _spawn_on_free_port(run_trainer, world, opts, out_dir)
     return [torch.load(Path(out_dir) / f"rank{r}.pt", weights_only=False) for r in range(world)]
 
 
@@ -200,8 +216,7 @@ def logit_ids():
 
 
 def spawn(fn, world: int, opts: dict, out_dir) -> None:
-    import torch.multiprocessing as mp
-    mp.spawn(fn, args=(world, free_port(), opts, str(out_dir)), nprocs=world, join=True)
+    _spawn_on_free_port(fn, world, opts, out_dir)
 
 
 def hf_logprobs(path, input_ids, prompt_lens):

@@ -150,3 +150,36 @@ def test_algo_spec_new_fields_and_backward_compat():
         from_dict(AlgoSpec, {"kl_estimator": "k2"})
     for cfg in ("demo-cpu.yaml", "default.yaml"):
         load_experiment(ROOT / "configs" / cfg)
+
+
+def test_trainer_splits_mini_batches_as_the_simulator_does():
+    """The trainer splits a rank's share with core.balance.mini_batches, the function the
+    simulator charges (one optimizer step per mini-batch, larger first, empty ones kept)."""
+    from yatt.core import balance
+    from yatt.exec import trainer
+    assert trainer.mini_batches is balance.mini_batches
+    assert balance.mini_batches(range(5), 2) == [[0, 1, 2], [3, 4]]
+    assert balance.mini_batches(range(2), 3) == [[0], [1], []]
+    assert balance.mini_batches(range(0), 1) == [[]]
+
+
+def test_reuse_with_several_mini_batches_is_planned_but_not_run(demo_experiment):
+    """The planner prices reuse as no pass (verl may reuse the rollout's log-probs); the
+    executor's reuse is the first training forward, so `yatt run` refuses it with more than
+    one mini-batch, in one line naming algo.old_logprobs."""
+    import dataclasses
+
+    from yatt.core.roles import Mode, ReleasePolicy
+    from yatt.core.runnable import check_runnable
+    from yatt.core.specs import OldLogprobs
+    from yatt.sim import make_plan
+
+    def plan(algo):
+        return make_plan(dataclasses.replace(demo_experiment, algo=algo), Mode.COLOCATE,
+                         release=ReleasePolicy.TEARDOWN)
+    reuse = dataclasses.replace(demo_experiment.algo, mini_batches=2)
+    with pytest.raises(InputError, match="algo.old_logprobs") as e:
+        check_runnable(plan(reuse), 2)
+    assert "\n" not in str(e.value) and "allowed: old_logprobs: recompute" in str(e.value)
+    check_runnable(plan(dataclasses.replace(reuse, old_logprobs=OldLogprobs.RECOMPUTE)), 2)
+    assert AlgoSpec(mini_batches=2).mini_batches == 2

@@ -1,6 +1,7 @@
 """The algorithm options inside the real Megatron trainer (1 spawned CPU rank, gloo):
 PPO epochs with adaptive acceptance, length-based micro-batches, dual clip, k1 KL, the lr
-passed per step, an empty batch (dynamic sampling), and the NaN guard's counter."""
+passed per step, an empty batch (dynamic sampling), the NaN guard's counter, mini-batches
+and the old-log-prob pass."""
 from __future__ import annotations
 
 import dataclasses
@@ -60,3 +61,48 @@ def test_trainer_algorithm_options(tmp_path):
     assert e["tokens"] == 0.0 and e["skipped"] == 0.0 and e["lr"] == pytest.approx(1e-3)
     n = r["nan"]
     assert n["skipped"] == 3.0 and n["nonfinite_steps"] == 3.0       # every epoch skipped, counted
+
+
+def _mini_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+    import torch
+    torch.set_num_threads(1)
+    from yatt.core.specs import OldLogprobs
+    from yatt.exec.trainer import MegatronTrainer, TrainBatch
+
+    spec = load_spec()
+    tr = MegatronTrainer(spec, str(built_model(spec)), plain_algo(lr=0.05), tp=1, dp=1, rank=0,
+                         master_addr="127.0.0.1", master_port=port)
+    b = make_batch(0, n=12)
+    snap = tr.snapshot()
+    res = {}
+    for name, algo in (("reuse", plain_algo(lr=0.05)),
+                       ("recompute", plain_algo(lr=0.05, old_logprobs=OldLogprobs.RECOMPUTE)),
+                       ("mini2", plain_algo(lr=0.05, old_logprobs=OldLogprobs.RECOMPUTE,
+                                            mini_batches=2))):
+        tr.restore(snap)
+        tr.algo = algo
+        res[name] = tr.train_step(b)
+        res[name]["steps"] = tr.steps - snap["steps"]
+    res["empty"] = tr.train_step(TrainBatch((), (), ()))
+    tr.shutdown()
+    torch.save(res, os.path.join(out_dir, "mini.pt"))
+
+
+@pytest.mark.slow
+def test_mini_batches_and_the_old_logprob_pass(tmp_path):
+    """recompute == reuse with one mini-batch (the pass computes exactly the first training
+    forward's log-probs); two mini-batches take two optimizer steps, and the second one's
+    ratio is against the pre-update old log-probs, so with a large lr tokens clip in the
+    very first epoch (with one mini-batch every first-epoch ratio is exactly 1)."""
+    import torch
+    import torch.multiprocessing as mp
+
+    mp.spawn(_mini_rank, args=(1, free_port(), str(tmp_path)), nprocs=1, join=True)
+    r = torch.load(tmp_path / "mini.pt", weights_only=False)
+    for k in ("loss", "grad_norm", "kl", "entropy", "tokens"):
+        assert r["recompute"][k] == r["reuse"][k], k
+    assert r["reuse"]["steps"] == r["recompute"]["steps"] == 1
+    assert r["reuse"]["clip_frac"] == 0.0
+    assert r["mini2"]["steps"] == 2 and r["mini2"]["tokens"] == r["reuse"]["tokens"]
+    assert r["mini2"]["clip_frac"] > 0.0
+    assert r["empty"]["tokens"] == 0.0 and r["empty"]["skipped"] == 0.0

@@ -68,3 +68,26 @@ def test_host_probe_samples_a_fixed_workload():
 
     xs = mb.host_probe(0.0)
     assert len(xs) >= 3 and all(x > 0 for x in xs)
+
+
+def test_check_runnable_takes_tp_engines_and_a_pp_trainer_and_refuses_in_one_line(demo_experiment):
+    """Engines at TP=2 and a PP=2 trainer run; pipelined inference and a trainer TP that
+    does not divide the KV heads are refused, naming the field."""
+    plan = make_plan(demo_experiment, Mode.COLOCATE, rollout_tp=2, genrm_tp=2,
+                     release=ReleasePolicy.TEARDOWN)
+    check_runnable(plan, 2)
+    trainer = dataclasses.replace(plan.placement(Role.TRAINER), pp=2)
+    pp2 = dataclasses.replace(plan, placements=tuple(
+        trainer if p.role is Role.TRAINER else p for p in plan.placements))
+    check_runnable(pp2, 2)
+    gen = dataclasses.replace(plan.placement(Role.GENRM), tp=1, pp=2)
+    bad = dataclasses.replace(plan, placements=tuple(
+        gen if p.role is Role.GENRM else p for p in plan.placements))
+    with pytest.raises(InputError, match="genrm.pp") as e:
+        check_runnable(bad, 2)
+    assert "\n" not in str(e.value)
+    wide = dataclasses.replace(demo_experiment, actor=dataclasses.replace(
+        demo_experiment.actor, heads=8, kv_heads=1, hidden=256))
+    with pytest.raises(InputError, match="trainer.tp"):
+        check_runnable(make_plan(wide, Mode.COLOCATE, trainer_tp=2,
+                                 release=ReleasePolicy.TEARDOWN), 2)

@@ -7,8 +7,8 @@ import torch
 from tests.exec._tolerance import logit_tol
 from tests.exec._train_helpers import (built_model, llama_spec, load_spec, logit_cases, logit_ids,
                                        qwen3_spec, run_logits, spawn)
-from yatt.exec.hf_convert import (hf_to_megatron, load_hf_state_dict, megatron_to_hf, shard,
-                                  unshard)
+from yatt.exec.hf_convert import (StageSlice, hf_to_megatron, load_hf_state_dict, megatron_to_hf,
+                                  shard, unshard)
 from yatt.exec.hf_model import Arch
 
 CASES = [(Arch.QWEN2, load_spec), (Arch.LLAMA, llama_spec), (Arch.QWEN3, qwen3_spec)]
@@ -28,6 +28,32 @@ def test_roundtrip_hf_megatron_hf_is_exact(arch, spec_fn, tp):
     assert set(back) == set(hf)
     for k in hf:
         assert torch.equal(hf[k], back[k]), k   # exact: conversion and sharding move bytes only
+
+
+@pytest.mark.parametrize("arch,spec_fn", CASES)
+def test_pipeline_stages_split_and_reassemble_exactly(arch, spec_fn):
+    """Each PP=2 stage converts its own layers (numbered from 0 in megatron), the first
+    stage the embedding, the last the final norm and output layer (with tied embeddings a
+    copy of the embedding, never exported); the stages' HF tensors reassemble the model."""
+    spec = spec_fn()
+    hf = load_hf_state_dict(built_model(spec, arch.value))
+    stages = [StageSlice.of(spec.layers, 2, s) for s in range(2)]
+    assert [list(s.layers) for s in stages] == [[0], [1]]
+    parts = [hf_to_megatron(hf, spec, arch, s) for s in stages]
+    assert "embedding.word_embeddings.weight" in parts[0]
+    assert "embedding.word_embeddings.weight" not in parts[1]
+    assert "decoder.final_layernorm.weight" in parts[1] and "output_layer.weight" in parts[1]
+    assert not any(k.startswith("decoder.layers.1.") for p in parts for k in p)
+    if spec.tied_embeddings:
+        assert torch.equal(parts[1]["output_layer.weight"], hf["model.embed_tokens.weight"])
+    back: dict = {}
+    for p, s in zip(parts, stages):
+        mine = megatron_to_hf(p, spec, arch, s)
+        assert not set(mine) & set(back)
+        back.update(mine)
+    assert set(back) == set(hf)
+    for k in hf:
+        assert torch.equal(hf[k], back[k]), k
 
 
 def test_qkv_layout_is_grouped_per_kv_head():

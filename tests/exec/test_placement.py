@@ -53,6 +53,18 @@ def test_four_devices_tp_groups_stay_on_one_node(ray_cluster, demo_experiment):
         assert all(len(where[d][1]) == 1 for d in range(4))
         for p in probes.values():
             ray.kill(p)
+        # a TP=2 engine over the GenRM's devices (2, 3): on CPU its actor takes its share of
+        # device 2 (the vLLM workers are its children); on GPU the actor holds no device and
+        # vLLM's ray executor gets the group's bundles of node 1's placement group
+        cpu = pl.engine_options((2, 3), cpu=True)
+        assert cpu["num_gpus"] == pl.options(2)["num_gpus"]
+        gpu = pl.engine_options((2, 3), cpu=False)
+        env = gpu["runtime_env"]["env_vars"]
+        assert gpu["num_gpus"] == 0 and env["VLLM_RAY_BUNDLE_INDICES"] == "0,1"
+        assert float(env["VLLM_RAY_PER_WORKER_GPUS"]) == pytest.approx(1 / 3, abs=1e-4)
+        strategy = gpu["scheduling_strategy"]
+        assert strategy.placement_group == pl.groups[1]
+        assert strategy.placement_group_capture_child_tasks
     finally:
         pl.remove()
 

@@ -126,6 +126,52 @@ def test_tp2_matches_tp1_and_checkpoint_reshards(tp1_run, tmp_path):
         assert torch.equal(loaded[k], v), k
 
 
+# PP=2 vs PP=1 on the same batch (tiny actor: P ~ 4.3e5 parameters, lr 3e-4, 4 steps).
+# Stages hand activations and their gradients to each other bit-exactly, so a step does
+# the same float operations as at PP=1 except two reductions: the gradient norm (a sum of
+# per-stage partial sums of P squares) and, with tied embeddings, the embedding gradient
+# (the first stage's and the last stage's parts summed by an all-reduce instead of
+# accumulated in one buffer). A reordered fp32 sum of N terms moves by ~sqrt(N) * eps
+# relative (eps = 1.2e-7): <= sqrt(P) * eps ~ 1e-4 for the norm (GRAD_NORM_REL) and a few
+# ulps for the embedding gradient. Step 1's loss comes before any update: equal to the
+# ulp (2 eps). Later losses see weights that moved differently by at most lr * 1e-4 per
+# parameter per step (Adam's update is scale-free; the clip coefficient 1/norm carries the
+# 1e-4): |dLoss| <= |grad| * |dw| <= 5 * sqrt(P) * 3 steps * lr * 1e-4 ~ 3e-4 (LOSS_ABS).
+GRAD_NORM_REL = 1e-4
+LOSS_ABS = 3e-4
+
+
+@pytest.mark.slow
+def test_pp2_matches_pp1_restores_exactly_and_checkpoint_reshards(tp1_run, tmp_path):
+    """A PP=2 trainer (megatron's 1F1B schedule over gloo) trains like PP=1, exports the
+    same HF weights, skips a NaN step, replays exactly from a snapshot and from an async
+    checkpoint, and its checkpoint loads at PP=1 and at TP=2."""
+    ckpt = tmp_path / "ckpt"
+    res = spawn_trainers({"tp": 1, "pp": 2, "dp": 1, "steps": 4, "lr": 3e-4, "save_hf": True,
+                          "nan_step": True, "micro_batch_tokens": 32, "ckpt_dir": str(ckpt),
+                          "state_roundtrip": str(tmp_path / "rt")}, tmp_path / "pp2")
+    assert [r["pp_rank"] for r in res] == [0, 1]
+    for r in res:
+        for i, (a, b) in enumerate(zip(r["metrics"], tp1_run["metrics"])):
+            assert a["tokens"] == b["tokens"]
+            assert abs(a["loss"] - b["loss"]) <= (2 * 1.2e-7 * abs(b["loss"]) if i == 0 else LOSS_ABS)
+            assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=GRAD_NORM_REL, abs=1e-6)
+        assert r["nan_metrics"]["skipped"] == 1.0
+        assert r["checksum_after_nan"] == r["checksum"]
+        for a, b, c in zip(r["after"], r["after_restore"], r["after_load"]):
+            for k in ("loss", "grad_norm", "kl", "entropy"):
+                assert a[k] == b[k] == c[k], k
+    assert set(res[0]["hf"]) == set(tp1_run["hf"])
+    for k, v in tp1_run["hf"].items():
+        assert torch.equal(res[0]["hf"][k], res[1]["hf"][k]), k   # every stage exports all
+        assert torch.allclose(res[0]["hf"][k], v, atol=1e-5), k
+    for opts in ({"tp": 1}, {"tp": 2}):
+        loaded = spawn_trainers({**opts, "dp": 1, "steps": 0, "load_ckpt": str(ckpt)},
+                                tmp_path / f"load-tp{opts['tp']}")[0]["loaded_hf"]
+        for k, v in res[0]["ckpt_hf"].items():
+            assert torch.equal(loaded[k], v), (opts, k)
+
+
 @pytest.mark.slow
 def test_dp2_ranks_stay_identical_and_match_full_batch(tmp_path):
     opts = {"tp": 1, "steps": 3, "lr": 3e-4, "save_hf": True, "split_of": 8,

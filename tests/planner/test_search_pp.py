@@ -51,9 +51,11 @@ def test_without_pp_choices_the_70b_trainer_fits_nowhere(exp70):
     assert "does not fit at any TP×PP" in placement_space(flat).problems[0]
 
 
-def test_executor_search_keeps_the_trainer_unpipelined():
-    s = executor_search(SearchSpec(pp_choices=(1, 2, 4)))
-    assert s.pp_choices == (1,)
+def test_executor_search_keeps_every_trainer_pp_and_engine_tp():
+    """The executor runs a pipelined trainer and engines at any TP (core.runnable), so the
+    search it plans with keeps the configured choices."""
+    s = executor_search(SearchSpec(pp_choices=(1, 2, 4), tp_choices=(1, 2, 4)))
+    assert s.pp_choices == (1, 2, 4) and s.engine_tps == (1, 2, 4)
     with pytest.raises(InputError, match="pp_choices"):
         SearchSpec(pp_choices=())
     with pytest.raises(InputError, match=r"pp_choices\[1\]"):

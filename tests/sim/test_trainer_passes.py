@@ -38,8 +38,11 @@ def test_mini_batches_split_a_share_in_order(share, k):
 @given(k=st.integers(1, 6), epochs=st.integers(1, 3), seed=st.integers(0, 1000),
        mode=st.sampled_from([Mode.COLOCATE, Mode.PARTIAL]))
 def test_each_mini_batch_pays_one_grad_sync_and_every_token_trains_once_per_epoch(k, epochs, seed, mode):
-    plan, one = _trace(AlgoSpec(ppo_epochs=epochs), mode, seed)
-    _, many = _trace(AlgoSpec(ppo_epochs=epochs, mini_batches=k), mode, seed)
+    # mini_batches > 1 needs recomputed old log-probs (AlgoSpec refuses reuse); both runs
+    # recompute, so they differ only in the mini-batches
+    rec = OldLogprobs.RECOMPUTE
+    plan, one = _trace(AlgoSpec(ppo_epochs=epochs, old_logprobs=rec), mode, seed)
+    _, many = _trace(AlgoSpec(ppo_epochs=epochs, mini_batches=k, old_logprobs=rec), mode, seed)
     syncs = [s for s in many.spans if s.phase is Phase.TRAIN and s.name.startswith("grad_sync")]
     assert len(syncs) == k * epochs
     gs = COST.grad_sync_time(plan.experiment.actor, plan.placement(Role.TRAINER).parallel)
@@ -58,7 +61,7 @@ def test_one_mini_batch_keeps_the_epoch_names():
     _, tr = _trace(AlgoSpec(ppo_epochs=2))
     names = {s.name for s in tr.spans if s.phase is Phase.TRAIN}
     assert {"train e0", "train e1", "grad_sync e0", "grad_sync e1"} == names
-    _, tr = _trace(AlgoSpec(mini_batches=2))
+    _, tr = _trace(AlgoSpec(mini_batches=2, old_logprobs=OldLogprobs.RECOMPUTE))
     names = {s.name for s in tr.spans if s.phase is Phase.TRAIN}
     assert {"train e0 mb0", "train e0 mb1", "grad_sync e0 mb0", "grad_sync e0 mb1"} == names
 

@@ -4,27 +4,58 @@ Python API plan with it, and the executor refuses plans outside it.
 Why: a plan the planner recommends must be a plan `yatt run` accepts. Keeping the limits
 as data plus one pure check in core lets `yatt.planner` and `yatt.exec` share them
 without importing each other.
+
+What runs (yatt/exec): inference engines (rollout, GenRM) at any TP that the model allows
+and a node holds (vLLM's own tensor parallelism; the Plan already keeps every TP group
+inside one node), never pipelined; the reference worker one per TP group (an HF forward
+on the group's first device), never pipelined; the Megatron trainer at any TP x PP x DP
+whose PP divides the layers (the Plan checks that) and whose TP divides the KV heads and
+the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only) and,
+at more than one mini-batch, recomputed old log-probs.
 """
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 from .errors import InputError
 from .plan import Plan, SearchSpec
 from .roles import Role
-from .specs import AdamMoments
+from .specs import AdamMoments, ModelSpec, OldLogprobs
 
-# Inference engines (rollout, GenRM) and the reference worker run one per device.
-ENGINE_TP_CHOICES: tuple[int, ...] = (1,)
-# The Megatron trainer runs TP x DP; pipeline parallelism is not executed.
-TRAINER_PP_CHOICES: tuple[int, ...] = (1,)
+# Engine TP sizes the executor runs; None: every size the model and a node allow.
+ENGINE_TP_CHOICES: Optional[tuple[int, ...]] = None
+# Pipeline sizes for inference roles (rollout, GenRM, reference): vLLM PP is not wired.
+ENGINE_PP_CHOICES: tuple[int, ...] = (1,)
+# Trainer PP sizes the executor runs; None: every size that divides the actor's layers.
+TRAINER_PP_CHOICES: Optional[tuple[int, ...]] = None
+
+_INFERENCE = (Role.ROLLOUT, Role.GENRM, Role.REFERENCE)
 
 
 def executor_search(search: SearchSpec) -> SearchSpec:
     """`search` narrowed to the placements the executor runs."""
-    engine = tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES) or ENGINE_TP_CHOICES
-    pp = tuple(p for p in search.pp_choices if p in TRAINER_PP_CHOICES) or TRAINER_PP_CHOICES
-    return dataclasses.replace(search, engine_tp_choices=engine, pp_choices=pp)
+    changes = {}
+    if ENGINE_TP_CHOICES is not None:
+        changes["engine_tp_choices"] = (tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES)
+                                        or ENGINE_TP_CHOICES)
+    if TRAINER_PP_CHOICES is not None:
+        changes["pp_choices"] = (tuple(p for p in search.pp_choices if p in TRAINER_PP_CHOICES)
+                                 or TRAINER_PP_CHOICES)
+    return dataclasses.replace(search, **changes) if changes else search
+
+
+def trainer_tp_problem(model: ModelSpec, tp: int) -> Optional[str]:
+    """Why the Megatron trainer can't shard `model` at TP=`tp` (None if it can): it splits
+    the KV heads and the vocabulary evenly (no KV-head replication, no vocab padding)."""
+    if model.kv_heads % tp or model.vocab % tp:
+        return (f"trainer TP={tp} must divide {model.name}'s {model.kv_heads} KV heads and "
+                f"{model.vocab}-token vocabulary")
+    return None
+
+
+def _choices(xs: tuple[int, ...]) -> str:
+    return "|".join(map(str, xs))
 
 
 def check_runnable(plan: Plan, steps: int) -> None:
@@ -32,22 +63,34 @@ def check_runnable(plan: Plan, steps: int) -> None:
     if steps < 1:
         raise InputError(f"got {steps}; allowed: >= 1", field="steps")
     wl = plan.experiment.workload
-    if plan.experiment.algo.adam_moments is not AdamMoments.FP32:
-        raise InputError(f"adam_moments {plan.experiment.algo.adam_moments.value} is planned but "
+    algo = plan.experiment.algo
+    if algo.adam_moments is not AdamMoments.FP32:
+        raise InputError(f"adam_moments {algo.adam_moments.value} is planned but "
                          "not executed; allowed: fp32", field="algo.adam_moments")
+    if algo.mini_batches > 1 and algo.old_logprobs is OldLogprobs.REUSE:
+        # the executor's reuse is the first training forward: pre-update only for the
+        # first mini-batch
+        raise InputError(f"mini_batches={algo.mini_batches} needs pre-update old log-probs; "
+                         "allowed: old_logprobs: recompute, or mini_batches: 1",
+                         field="algo.old_logprobs")
     if wl.dynamic_sampling and wl.samples_per_prompt < 2:
         raise InputError("dynamic sampling drops groups whose rewards are all equal, which "
                          "every 1-sample group is; allowed: samples_per_prompt >= 2",
                          field="workload.samples_per_prompt")
     for p in plan.placements:
-        if p.role in (Role.ROLLOUT, Role.GENRM, Role.REFERENCE) and (
-                p.tp not in ENGINE_TP_CHOICES or p.pp != 1):
-            raise InputError(f"{p.role.value} TP*PP={p.tp * p.pp}: inference engines run one per "
-                             f"device here; allowed: tp {'|'.join(map(str, ENGINE_TP_CHOICES))}, pp 1",
-                             field=f"{p.role.value}.tp")
-        if p.role is Role.TRAINER and p.pp not in TRAINER_PP_CHOICES:
+        if p.role in _INFERENCE and p.pp not in ENGINE_PP_CHOICES:
+            raise InputError(f"{p.role.value} PP={p.pp}: inference runs tensor parallel only; "
+                             f"allowed: pp {_choices(ENGINE_PP_CHOICES)}", field=f"{p.role.value}.pp")
+        if p.role in _INFERENCE and ENGINE_TP_CHOICES is not None and p.tp not in ENGINE_TP_CHOICES:
+            raise InputError(f"{p.role.value} TP={p.tp} is not executed; allowed: tp "
+                             + _choices(ENGINE_TP_CHOICES), field=f"{p.role.value}.tp")
+        if (p.role is Role.TRAINER and TRAINER_PP_CHOICES is not None
+                and p.pp not in TRAINER_PP_CHOICES):
             raise InputError(f"trainer PP={p.pp} is not executed; allowed: pp "
-                             + "|".join(map(str, TRAINER_PP_CHOICES)), field="trainer.pp")
+                             + _choices(TRAINER_PP_CHOICES), field="trainer.pp")
+    why = trainer_tp_problem(plan.experiment.actor, plan.placement(Role.TRAINER).tp)
+    if why:
+        raise InputError(why, field="trainer.tp")
     trainer_dp = plan.placement(Role.TRAINER).dp
     if wl.samples_per_step < trainer_dp:
         raise InputError(f"{wl.samples_per_step} samples cannot feed {trainer_dp} DP ranks",

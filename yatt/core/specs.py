@@ -323,10 +323,18 @@ class AlgoSpec:
     adaptive_accept: bool = spec_field(False, help="WeChat-YATT: from the 2nd epoch on, keep 100/70/50% "
                                                    "of sequences by the clipped-token ratio")
     mini_batches: int = spec_field(1, ge=1, le=MAX_EPOCHS, help="optimizer steps per PPO epoch: the step's batch "
-                                   "is split into this many mini-batches (verl's ppo_mini_batch_size)")
+                                   "is split into this many mini-batches (verl's ppo_mini_batch_size); "
+                                   "yatt run needs old_logprobs: recompute for > 1")
+    # reuse costs no pass in the planner: old log-probs that already exist (verl can take the
+    # rollout's). The executor's reuse is each sequence's first forward in training, which
+    # is the sampling policy's only before the first optimizer step, so `check_runnable`
+    # refuses reuse with mini_batches > 1 (from the second mini-batch on it would give
+    # ratio 1 against already-updated weights, no correction for the earlier updates)
     old_logprobs: OldLogprobs = spec_field(OldLogprobs.REUSE, help="the PPO ratio's old log-probs: "
-                                           "reuse each sequence's first training forward, or recompute "
-                                           "them in a forward pass over the batch before training")
+                                           "reuse (no extra pass; the executor takes each sequence's "
+                                           "first training forward, so yatt run needs mini_batches: "
+                                           "1), or recompute them in a forward pass over the batch "
+                                           "before the first update")
     adam_moments: AdamMoments = spec_field(AdamMoments.FP32, help="precision of Adam's two moments: "
                                            "fp32 (12 B/param of optimizer state) or bf16 (8 B/param, "
                                            "planned only: the executor keeps fp32)")

@@ -441,7 +441,8 @@ class StepController:
 
     def stage(self, assign: dict[int, int], batch_mean: float = 0.0,
               batch_std: float = 1.0) -> int:
-        """Send each kept sample to every TP rank of its DP group (controller -> trainer)."""
+        """Send each kept sample to every rank (TP and PP) of its DP replica (controller ->
+        trainer)."""
         import ray
 
         adv = self.advantages(batch_mean, batch_std)

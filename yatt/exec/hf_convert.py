@@ -10,9 +10,17 @@ after every step. Conversion is split in two layers so each is simple and testab
     separately; row-parallel (linear_proj, fc2) along dim 1; norms replicated (Qwen3's
     q/k norms act on one head's width, so every rank holds them whole). Because
     QKV groups are contiguous, a plain dim-0 split gives each rank kv_heads/tp groups.
+  * PP stages: a `StageSlice` names the part of the model one pipeline stage holds (a
+    contiguous range of layers, plus the embedding on the first stage and the final norm
+    and output layer on the last). Megatron numbers a stage's layers from 0, so the
+    conversion maps HF layer `i` to the stage's local layer `i - layers.start`. With tied
+    embeddings and PP > 1 the last stage holds its own copy of the embedding as
+    `output_layer.weight` (megatron keeps the two in step by summing their gradients); it
+    is loaded from the HF embedding and never exported (HF has no `lm_head` when tied).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -26,6 +34,27 @@ _COLUMN = ("self_attention.linear_qkv.weight", "self_attention.linear_qkv.bias",
            "embedding.word_embeddings.weight", "output_layer.weight")
 _ROW = ("self_attention.linear_proj.weight", "mlp.linear_fc2.weight")
 _FC1 = "mlp.linear_fc1.weight"
+
+
+@dataclass(frozen=True)
+class StageSlice:
+    """The part of the model one pipeline stage holds (global HF layer indices)."""
+
+    layers: range
+    first: bool          # holds the embedding
+    last: bool           # holds the final norm and the output layer
+
+    @classmethod
+    def whole(cls, num_layers: int) -> "StageSlice":
+        return cls(range(num_layers), True, True)
+
+    @classmethod
+    def of(cls, num_layers: int, pp: int, stage: int) -> "StageSlice":
+        """Stage `stage` of `pp` equal, contiguous stages (megatron's default split)."""
+        if num_layers % pp:
+            raise ValueError(f"PP={pp} does not divide {num_layers} layers")
+        n = num_layers // pp
+        return cls(range(stage * n, (stage + 1) * n), stage == 0, stage == pp - 1)
 
 
 def load_hf_state_dict(hf_path: str | Path) -> dict[str, torch.Tensor]:
@@ -68,13 +97,18 @@ _QK_NORM = (("self_attn.q_norm.weight", "self_attention.q_layernorm.weight"),
             ("self_attn.k_norm.weight", "self_attention.k_layernorm.weight"))
 
 
-def _renames(spec: ModelSpec, arch: Arch) -> list[tuple[str, str]]:
-    pairs = list(_TOP)
-    if not spec.tied_embeddings:
-        pairs.append(("lm_head.weight", "output_layer.weight"))
+def _renames(spec: ModelSpec, arch: Arch, stage: StageSlice) -> list[tuple[str, str]]:
+    """(HF name, megatron name) pairs of the stage's one-to-one tensors."""
+    pairs = []
+    if stage.first:
+        pairs.append(_TOP[0])
+    if stage.last:
+        pairs.append(_TOP[1])
+        if not spec.tied_embeddings:
+            pairs.append(("lm_head.weight", "output_layer.weight"))
     layer = _LAYER + (_QK_NORM if arch is Arch.QWEN3 else ())
-    for i in range(spec.layers):
-        h, m = f"model.layers.{i}.", _L.format(i=i)
+    for i in stage.layers:
+        h, m = f"model.layers.{i}.", _L.format(i=i - stage.layers.start)
         pairs += [(h + a, m + b) for a, b in layer]
     return pairs
 
@@ -83,12 +117,17 @@ def _qkv_kinds(arch: Arch) -> tuple[str, ...]:
     return ("weight", "bias") if arch is Arch.QWEN2 else ("weight",)
 
 
-def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
-    """HF-named tensors -> full (unsharded) megatron-named tensors."""
+def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch,
+                   stage: StageSlice | None = None) -> dict[str, torch.Tensor]:
+    """HF-named tensors -> full (TP-unsharded) megatron-named tensors of `stage` (default:
+    the whole model)."""
     arch = Arch(arch)
-    out = {mg: hf[name] for name, mg in _renames(spec, arch)}
-    for i in range(spec.layers):
-        h, m = f"model.layers.{i}.", _L.format(i=i)
+    stage = stage or StageSlice.whole(spec.layers)
+    out = {mg: hf[name] for name, mg in _renames(spec, arch, stage)}
+    if stage.last and spec.tied_embeddings and not stage.first:
+        out["output_layer.weight"] = hf["model.embed_tokens.weight"]
+    for i in stage.layers:
+        h, m = f"model.layers.{i}.", _L.format(i=i - stage.layers.start)
         for kind in _qkv_kinds(arch):
             out[m + f"self_attention.linear_qkv.{kind}"] = _fuse_qkv(
                 *(hf[h + f"self_attn.{p}.{kind}"] for p in _QKV), spec)
@@ -96,12 +135,15 @@ def hf_to_megatron(hf: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> 
     return {k: v.contiguous() for k, v in out.items()}
 
 
-def megatron_to_hf(mg: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch) -> dict[str, torch.Tensor]:
-    """Full megatron-named tensors -> HF-named tensors (lm_head omitted when tied)."""
+def megatron_to_hf(mg: dict[str, torch.Tensor], spec: ModelSpec, arch: Arch,
+                   stage: StageSlice | None = None) -> dict[str, torch.Tensor]:
+    """Full megatron-named tensors of `stage` (default: the whole model) -> HF-named
+    tensors (lm_head omitted when tied)."""
     arch = Arch(arch)
-    out = {name: mg[m] for name, m in _renames(spec, arch)}
-    for i in range(spec.layers):
-        h, m = f"model.layers.{i}.", _L.format(i=i)
+    stage = stage or StageSlice.whole(spec.layers)
+    out = {name: mg[m] for name, m in _renames(spec, arch, stage)}
+    for i in stage.layers:
+        h, m = f"model.layers.{i}.", _L.format(i=i - stage.layers.start)
         for kind in _qkv_kinds(arch):
             parts = _split_qkv(mg[m + f"self_attention.linear_qkv.{kind}"], spec)
             out.update({h + f"self_attn.{p}.{kind}": t for p, t in zip(_QKV, parts)})
@@ -159,9 +201,10 @@ def unshard(parts: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
     return out
 
 
-def load_into_megatron(model, hf_path: str | Path, spec: ModelSpec, arch: Arch, tp: int, rank: int) -> None:
-    """Copy an HF checkpoint's weights into this TP rank's GPTModel (in place)."""
-    own = shard(hf_to_megatron(load_hf_state_dict(hf_path), spec, arch), tp, rank)
+def load_into_megatron(model, hf_path: str | Path, spec: ModelSpec, arch: Arch, tp: int, rank: int,
+                       stage: StageSlice | None = None) -> None:
+    """Copy an HF checkpoint's weights into this TP rank's GPTModel of `stage` (in place)."""
+    own = shard(hf_to_megatron(load_hf_state_dict(hf_path), spec, arch, stage), tp, rank)
     params = dict(model.named_parameters())
     missing = set(params) - set(own)
     extra = set(own) - set(params)

@@ -4,19 +4,23 @@ Why: the trainer and the conversion tests need the same model construction (loca
 spec, RMSNorm, SwiGLU, GQA, rotary with the checkpoint's rope theta (and Llama 3.1's
 scaling), qkv bias, Qwen3's QK-norm, tied
 embeddings, fp32, no dropout). `HfMeta` carries the few architecture facts that live in
-the checkpoint's config.json rather than in our `ModelSpec`.
+the checkpoint's config.json rather than in our `ModelSpec`. At PP > 1 each stage builds
+only its `StageSlice` (hf_convert.py) of the model; the config then also says what
+megatron's pipeline schedule needs (stage-to-stage dtype, per-micro-batch shapes).
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import torch
 
 from yatt.core.errors import InputError
 from yatt.core.specs import ModelSpec
 
+from .hf_convert import StageSlice
 from .hf_model import Arch
 
 
@@ -61,7 +65,7 @@ def check_spec_matches(spec: ModelSpec, hf_path: str | Path) -> None:
                              f"{getattr(spec, ours)}", field=ours)
 
 
-def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, bf16: bool = False):
+def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, pp: int = 1, bf16: bool = False):
     from megatron.core.transformer.transformer_config import TransformerConfig
     if spec.kv_heads % tp or spec.heads % tp:
         raise InputError(f"TP={tp} must divide heads ({spec.heads}) and kv_heads "
@@ -79,15 +83,28 @@ def transformer_config(spec: ModelSpec, meta: HfMeta, tp: int, bf16: bool = Fals
         bias_activation_fusion=False, bias_dropout_fusion=False, masked_softmax_fusion=False,
         apply_rope_fusion=False, gradient_accumulation_fusion=False,
         cross_entropy_loss_fusion=False, persist_layer_norm=False,
+        pipeline_model_parallel_size=pp,
+        # what stages send each other: the activations' dtype (Float16Module casts at bf16)
+        pipeline_dtype=torch.bfloat16 if bf16 else torch.float32,
+        # micro-batches are packed by length: shapes differ, so stages exchange them first
+        variable_seq_lengths=True,
+        # no MoE layers here; the default (allgather) dispatcher refuses variable lengths
+        moe_token_dispatcher_type="alltoall",
+        # the trainer's loss is already a token mean over the whole (all-DP) batch: no
+        # division by the micro-batch count in the schedule, and DDP sums gradients over
+        # DP instead of averaging them
+        calculate_per_token_loss=True,
     )
 
 
-def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu",
-                    bf16: bool = False):
-    """A GPTModel for spec (model-parallel state must already be initialised)."""
+def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu", pp: int = 1,
+                    stage: Optional[StageSlice] = None, bf16: bool = False):
+    """A GPTModel for spec, or for its pipeline `stage` at PP > 1 (model-parallel state must
+    already be initialised)."""
     from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    cfg = transformer_config(spec, meta, tp, bf16)
+    stage = stage or StageSlice.whole(spec.layers)
+    cfg = transformer_config(spec, meta, tp, pp, bf16)
     theta = meta.rope_theta
     layers = get_gpt_layer_local_spec(normalization="RMSNorm", qk_layernorm=meta.qk_norm)
     model = GPTModel(
@@ -95,6 +112,7 @@ def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu",
         vocab_size=spec.vocab, max_sequence_length=4096, parallel_output=True,
         share_embeddings_and_output_weights=spec.tied_embeddings,
         position_embedding_type="rope", rotary_base=int(theta) if theta.is_integer() else theta,
+        pre_process=stage.first, post_process=stage.last,
         rope_scaling=bool(meta.rope_factor), rope_scaling_factor=meta.rope_factor or 8.0,
     )
     return model.to(device)

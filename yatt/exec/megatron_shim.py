@@ -1,9 +1,10 @@
 """CPU shim for megatron-core 0.16.1: lets GPTModel/DDP/optimizer/checkpointing run without CUDA.
 
 Why: megatron-core hard-codes CUDA in a handful of places (docs/design.md, "CPU runtime"):
-`torch.cuda.current_device()` for buffers, `device="cuda"` in the causal mask, optimizer,
-grad clipping and grad scaler, `torch.cuda.synchronize()` when checkpointing, and an
-assert that gradients are `torch.cuda.FloatTensor`. Our CPU demo and tests train on CPU
+`torch.cuda.current_device()` for buffers and pipeline send/recv, `device="cuda"` in the
+causal mask, optimizer, grad clipping, grad scaler and the pipeline schedules,
+`torch.cuda.synchronize()` when checkpointing and between pipeline sends, and an assert
+that gradients are `torch.cuda.FloatTensor`. Our CPU demo and tests train on CPU
 over gloo, so we map those to CPU here. The shim is a no-op for a trainer on a CUDA device.
 
 Mechanism:
@@ -44,6 +45,11 @@ MODE_COVERED: tuple[tuple[str, str], ...] = (
     ("megatron.core.optimizer.distrib_optimizer", "DistributedOptimizer"),
     ("megatron.core.optimizer.optimizer", "FP32Optimizer"),
     ("megatron.core.tensor_parallel.mappings", "_gather_along_first_dim"),
+    # the pipeline schedules (token counters on "cuda") and stage-to-stage send/recv
+    # (buffers and shape messages on `torch.cuda.current_device()`)
+    ("megatron.core.pipeline_parallel.schedules", "forward_backward_no_pipelining"),
+    ("megatron.core.pipeline_parallel.schedules", "forward_backward_pipelining_without_interleaving"),
+    ("megatron.core.pipeline_parallel.p2p_communication", "P2PCommunicator"),
 )
 
 _lock = threading.Lock()

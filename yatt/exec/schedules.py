@@ -8,6 +8,9 @@ policy resolves to on this device (`yatt.core.release`), recorded as `offload`/`
 spans with measured cost. Partial colocate: the rollout stage
 streams into the GenRM stage (disjoint devices, bounded queue), then training on all
 devices, then weight sync. Step semantics (prompts, seeds, balancing, loss) are identical.
+With `algo.old_logprobs: recompute` the trainer's own forward pass over the staged batch
+is its own stage (the schedule puts it after the trainer's reload, before the reference
+pass), recorded as an `old_logprob` span.
 Dynamic sampling repeats the generate stages (after the schedule's `between_rounds`
 switches) while controllers have replacement groups queued, up to the workload's cap.
 """
@@ -36,7 +39,7 @@ class Actors:
 
     engines: dict[Role, list]          # ROLLOUT / GENRM engine actors
     trainers: list                     # all trainer ranks, rank order
-    trainer_groups: list[list]         # [dp][tp] ranks
+    trainer_groups: list[list]         # [dp][tp * pp] ranks: one model replica each
     refs: list                         # reference workers (one per group)
 
 
@@ -48,14 +51,15 @@ class StepRunner:
         self.total_steps = total_steps
         self.release, self.genrm = release, genrm
         self.reference = plan.experiment.algo.use_reference
-        self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference)
+        self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference,
+                                      old_logprobs=plan.experiment.algo.old_logprobs)
         m = plan.experiment.actor
         self.attn_w = attention_weight(m.hidden, m.params, m.layers)
         self.handlers: dict[Phase, Callable[[int, Stage], None]] = {
             Phase.ROLLOUT: self._rollout, Phase.GENRM: self._genrm,
             Phase.OFFLOAD: self._offload, Phase.RELOAD: self._reload,
-            Phase.REF_LOGPROB: self._ref, Phase.TRAIN: self._train,
-            Phase.WEIGHT_SYNC: self._sync}
+            Phase.REF_LOGPROB: self._ref, Phase.OLD_LOGPROB: self._old_logprob,
+            Phase.TRAIN: self._train, Phase.WEIGHT_SYNC: self._sync}
 
     def devices(self, role: Role) -> tuple[int, ...]:
         return self.plan.placement(role).devices
@@ -66,6 +70,7 @@ class StepRunner:
         self._streamed = False
         self._train_out: dict[str, float] = {}
         self._step = step
+        self._assign: dict[int, int] | None = None     # the step's batch, once staged
         self.ctl.call(StepController.begin, step)
         wl = self.plan.experiment.workload
         last = wl.max_resample_rounds if wl.dynamic_sampling else 0
@@ -170,19 +175,36 @@ class StepRunner:
         self.rec.span(step, Role.REFERENCE, Phase.REF_LOGPROB, self.devices(Role.REFERENCE),
                       min(r.start_s for r in reps), time.time(), sum(r.tokens for r in reps))
 
-    def _train(self, step: int, stage: Stage) -> None:
-        t = time.time()
-        costs = [c for part in self.ctl.call(StepController.costs) for c in part]
+    def _stage_batch(self) -> None:
+        """Balance the step's kept samples over the DP replicas and stage them into every
+        rank (once per step; the old-log-prob pass and training both use it)."""
+        if self._assign is not None:
+            return
+        self._costs = [c for part in self.ctl.call(StepController.costs) for c in part]
         dp = len(self.actors.trainer_groups)
-        weights = [sequence_cost(n, self.plan.balance_cost, self.attn_w) for _, n in costs]
+        weights = [sequence_cost(n, self.plan.balance_cost, self.attn_w) for _, n in self._costs]
         bins = partition(weights, dp, self.plan.balance)
-        assign = {costs[i][0]: r for r, b in enumerate(bins) for i in b}
-        a = self.plan.experiment.algo
+        self._assign = {self._costs[i][0]: r for r, b in enumerate(bins) for i in b}
         norm = (0.0, 1.0)
-        if a.reward_norm:
+        if self.plan.experiment.algo.reward_norm:
             km = sum(self.ctl.call(StepController.kept_moments), Moments())
             norm = (km.mean, km.std)
-        self.ctl.call(StepController.stage, assign, *norm)
+        self.ctl.call(StepController.stage, self._assign, *norm)
+
+    def _old_logprob(self, step: int, stage: Stage) -> None:
+        """The actor's forward pass over the staged batch before training (`algo.old_logprobs:
+        recompute`), its own stage where the core schedule puts it (after the trainer's
+        reload, before the reference pass); its span covers staging the batch."""
+        t = time.time()
+        self._stage_batch()
+        get_all([w.recompute_old_logprobs.remote() for w in self.actors.trainers])
+        self.rec.span(step, Role.TRAINER, Phase.OLD_LOGPROB, self.devices(Role.TRAINER), t,
+                      time.time(), sum(n for _, n in self._costs))
+
+    def _train(self, step: int, stage: Stage) -> None:
+        t = time.time()
+        self._stage_batch()
+        a = self.plan.experiment.algo
         lr = lr_at(self._step, a.lr, self.total_steps, a.lr_schedule, a.lr_warmup_steps,
                    a.lr_min_ratio)
         t_step = time.time()
@@ -194,13 +216,14 @@ class StepRunner:
         self._train_out["train_prep_s"] = t_step - t
         self._train_out["train_rank_s"] = max(float(o.get("step_time_s", 0.0)) for o in outs)
         self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,
-                      time.time(), sum(n for _, n in costs))
-        for recs in self.ctl.call(StepController.records, assign):
+                      time.time(), sum(n for _, n in self._costs))
+        for recs in self.ctl.call(StepController.records, self._assign):
             self.rec.add_samples(recs)
 
     def push_weights(self) -> None:
         """Trainer weights (HF names) -> every rollout engine. Gathering them is a collective
-        over the first DP group's TP ranks, so all of them are called; rank 0's copy is sent."""
+        over the first replica's TP and PP ranks, so all of them are called; rank 0's copy
+        is sent."""
         states = [w.hf_state_dict.remote() for w in self.actors.trainer_groups[0]]
         get_all([e.update_weights.remote(states[0]) for e in self.actors.engines[Role.ROLLOUT]]
                 + states[1:])

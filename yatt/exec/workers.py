@@ -2,9 +2,11 @@
 
 Why: `trainer.MegatronTrainer` is one rank with a collective contract (every rank calls
 every method in order). This wrapper adds what the executor needs around it: data is
-*staged* by the controllers straight into each rank (it never passes through the
-driver), then one `train_step` consumes it in a deterministic order (by sample id), so
-both placement modes and any number of controllers train on byte-identical batches.
+*staged* by the controllers straight into each rank (every rank of a model replica gets
+the replica's whole share; it never passes through the driver), then one `train_step`
+consumes it in a deterministic order (by sample id), so both placement modes and any
+number of controllers train on byte-identical batches. With `algo.old_logprobs:
+recompute` the step runner calls `recompute_old_logprobs` first (its own trace phase).
 The reference worker is a frozen copy of the initial policy (HF forward, fp32) used only
 for per-token log-probs on the devices the plan gives to Role.REFERENCE.
 """
@@ -42,6 +44,7 @@ class TrainerArgs:
     dp: int = 1
     seed: int = 0
     device: str = "cpu"
+    pp: int = 1
     pad_id: int = 0                 # the tokenizer's pad (padding is masked out of the loss)
     dtype: Dtype = Dtype.FLOAT32    # bfloat16: bf16 weights, fp32 main grads (GPU)
 
@@ -62,6 +65,7 @@ class TrainerWorker:
         self.args, self.rank = args, rank
         self.trainer = None
         self._staged: list[TrainItem] = []
+        self._old: Optional[tuple] = None     # old log-probs of the staged batch (recompute)
 
     def address(self) -> tuple[str, int]:
         return free_port()
@@ -78,7 +82,7 @@ class TrainerWorker:
         t0 = time.perf_counter()
         self.trainer = MegatronTrainer(a.spec, a.hf_path, a.algo, tp=a.tp, dp=a.dp, rank=self.rank,
                                        master_addr=master_addr, master_port=master_port,
-                                       seed=a.seed, device=a.device, pad_id=a.pad_id,
+                                       seed=a.seed, device=a.device, pp=a.pp, pad_id=a.pad_id,
                                        dtype=a.dtype)
         if a.checkpoint.async_save and a.checkpoint.any_trigger:
             # start megatron's async writer at setup, not in the first save's stall
@@ -86,7 +90,7 @@ class TrainerWorker:
         return time.perf_counter() - t0
 
     def clear_staged(self) -> int:
-        n, self._staged = len(self._staged), []
+        n, self._staged, self._old = len(self._staged), [], None
         return n
 
     # ---- state (supervisor.py) -------------------------------------------------------
@@ -94,7 +98,7 @@ class TrainerWorker:
         return self.trainer.snapshot()
 
     def restore(self, snap: dict) -> None:
-        self._staged = []
+        self._staged, self._old = [], None
         self.trainer.restore(snap)
 
     def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> float:
@@ -109,20 +113,35 @@ class TrainerWorker:
 
     def stage(self, items: list[TrainItem]) -> int:
         self._staged.extend(items)
+        self._old = None
         return len(self._staged)
+
+    def _items(self) -> list[TrainItem]:
+        return sorted(self._staged, key=lambda x: x.sample_id)
+
+    def recompute_old_logprobs(self) -> dict:
+        """The old-log-prob pass (`algo.old_logprobs: recompute`): one forward of the current
+        weights over everything staged; the next `train_step` uses these as the PPO ratio's
+        old log-probs. A collective, like `train_step`."""
+        items = self._items()
+        t0 = time.perf_counter()
+        lp = self.trainer.logprobs([x.input_ids for x in items], [x.prompt_len for x in items])
+        self._old = tuple(tuple(r) for r in lp)
+        return {"seconds": time.perf_counter() - t0, "sequences": len(items)}
 
     def train_step(self, lr: Optional[float] = None) -> dict:
         """Train on everything staged (possibly nothing: dynamic sampling can leave a rank
-        empty; it still joins the collectives) at learning rate `lr` (None: unchanged)."""
+        empty; it still joins the collectives) at learning rate `lr` (None: unchanged),
+        with the old log-probs of `recompute_old_logprobs` if it ran on this batch."""
         from .trainer import TrainBatch
 
-        items = sorted(self._staged, key=lambda x: x.sample_id)
-        self._staged = []
+        items = self._items()
+        old, self._staged, self._old = self._old, [], None
         ref = None
         if items and all(x.ref_logprobs is not None for x in items):
             ref = tuple(x.ref_logprobs for x in items)
         batch = TrainBatch(tuple(x.input_ids for x in items), tuple(x.prompt_len for x in items),
-                           tuple(x.advantage for x in items), None, ref)
+                           tuple(x.advantage for x in items), old, ref)
         t0 = time.perf_counter()
         out = dict(self.trainer.train_step(batch, lr))
         out["seconds"] = time.perf_counter() - t0

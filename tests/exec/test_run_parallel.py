@@ -1,0 +1,137 @@
+"""End-to-end `yatt run` (run_plan) of plans with TP=2 engines and a PP=2 trainer, on CPU.
+
+Two runs, shared by every assertion here (each costs a minute or more on 2 cores):
+
+* colocate on the 2-device cluster (configs/demo-cpu.yaml): rollout and GenRM engines at
+  TP=2 (one engine each over both devices, resident: a TP=2 engine takes 15-30 s to
+  re-create here, so teardown and re-creation are tested once, in test_engine_tp.py), a
+  PP=2 trainer (one stage per device) taking 2 mini-batches per step with the
+  old-log-prob pass, a TP=2 reference. Two faults (YATT_FAULTS) hit step 1: the rollout
+  engine dies in its second `generate` (Ray restarts it, a new TP=2 engine, which the
+  supervisor re-arms), then, in the redone step, pipeline stage 0 dies after its backward
+  pass while stage 1 waits on it (every rank restarts, the process group is re-formed, the
+  stages are restored from the in-memory snapshot); the step is redone each time.
+* partial colocate on 4 emulated devices (configs/demo-cpu-4dev.yaml, 2 nodes x 2): two
+  TP=1 rollout engines on node 0, a TP=2 GenRM on node 1 judging while rollout streams,
+  a PP=2 x DP=2 trainer (one replica per node, its stages on the node's two devices).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("vllm")
+pytest.importorskip("megatron.core")
+
+from yatt.core.roles import Mode, Phase, ReleasePolicy, Role  # noqa: E402
+from yatt.core.specs import OldLogprobs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 2
+
+
+def _with_trainer_pp(plan, pp: int):
+    """The plan with its trainer pipelined `pp` ways (make_plan places TP only)."""
+    t = dataclasses.replace(plan.placement(Role.TRAINER), pp=pp)
+    return dataclasses.replace(plan, placements=tuple(
+        t if p.role is Role.TRAINER else p for p in plan.placements))
+
+
+@pytest.fixture(scope="module")
+def colocate(ray_cluster, demo_experiment, tmp_path_factory):
+    from yatt.core.layout import make_plan
+    from yatt.exec.runner import run_plan
+
+    root = tmp_path_factory.mktemp("colo-tp2")
+    algo = dataclasses.replace(demo_experiment.algo, mini_batches=2,
+                               old_logprobs=OldLogprobs.RECOMPUTE)
+    exp = dataclasses.replace(demo_experiment, algo=algo)
+    plan = _with_trainer_pp(make_plan(exp, Mode.COLOCATE, rollout_tp=2, genrm_tp=2,
+                                      reference_tp=2, release=ReleasePolicy.RESIDENT), 2)
+    logs: list[str] = []
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("YATT_FAULTS", "rollout.exit@2,trainer.exit@2")
+        mp.setenv("YATT_FAULT_DIR", str(root))
+        trace = run_plan(plan, steps=STEPS, out_dir=root / "run", seed=0, progress=False,
+                         log=logs.append)
+    return root, plan, trace, logs, _rows(root / "run")
+
+
+@pytest.fixture(scope="module")
+def partial(ray_cluster, tmp_path_factory):
+    from yatt.core.config import load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.exec.runner import run_plan
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml")
+    plan = _with_trainer_pp(make_plan(exp, Mode.PARTIAL, rollout_devices=2, rollout_tp=1,
+                                      genrm_tp=2, reference_tp=2,
+                                      release=ReleasePolicy.RESIDENT), 2)
+    out = tmp_path_factory.mktemp("part-4dev") / "run"
+    return plan, run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False), _rows(out)
+
+
+def _rows(run_dir: Path) -> list[dict[str, float]]:
+    return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(run_dir / "metrics.csv"))]
+
+
+def _spans(trace, phase, step=None):
+    return [s for s in trace.spans if s.phase is phase and (step is None or s.step == step)]
+
+
+@pytest.mark.slow
+def test_colocate_tp2_engines_and_pp2_trainer_run(colocate):
+    _, plan, trace, _, rows = colocate
+    assert plan.describe() == "colocate R2(tp2) T2(tp1,pp2) G2(tp2)"
+    assert [m["step"] for m in rows] == list(range(STEPS))
+    for m in rows:
+        assert math.isfinite(m["loss"]) and math.isfinite(m["grad_norm"]) and m["skipped"] == 0
+        assert m["samples"] == plan.experiment.workload.samples_per_step
+    for step in range(STEPS):
+        (ro,), (ge,) = _spans(trace, Phase.ROLLOUT, step), _spans(trace, Phase.GENRM, step)
+        assert ro.devices == ge.devices == (0, 1) and ro.end_s <= ge.start_s
+    assert not _spans(trace, Phase.OFFLOAD)            # resident
+
+
+@pytest.mark.slow
+def test_old_logprob_pass_is_its_own_phase_before_training(colocate):
+    _, plan, trace, _, rows = colocate
+    for step in range(STEPS):
+        (old,), (train,) = _spans(trace, Phase.OLD_LOGPROB, step), _spans(trace, Phase.TRAIN, step)
+        assert old.role is Role.TRAINER and old.devices == plan.placement(Role.TRAINER).devices
+        assert old.end_s <= train.start_s and old.duration > 0
+        assert old.tokens == train.tokens > 0
+    assert all(m["old_logprob_s"] > 0 for m in rows)
+
+
+@pytest.mark.slow
+def test_killed_tp2_engine_and_pp_stage_are_restarted_and_the_step_redone(colocate):
+    root, plan, trace, logs, rows = colocate
+    assert (root / "yatt-fault-rollout.exit@2").exists()          # the faults really fired
+    assert (root / "yatt-fault-trainer.exit@2").exists()
+    assert [(f["step"], f["role"]) for f in trace.meta.extra["faults"]] == [
+        (1, "rollout"), (1, "trainer")]
+    assert any("rollout actor died" in m for m in logs)
+    assert rows[-1]["restarts"] == 2
+    keys = [(s.step, s.sample_id) for s in trace.samples]           # exactly once
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+
+
+@pytest.mark.slow
+def test_partial_tp2_genrm_on_four_devices(partial):
+    plan, trace, rows = partial
+    assert plan.describe() == "partial R2(tp1) T4(tp1,pp2) G2(tp2)"
+    for step in range(STEPS):
+        (ro,), (ge,) = _spans(trace, Phase.ROLLOUT, step), _spans(trace, Phase.GENRM, step)
+        assert ro.devices == (0, 1) and ge.devices == (2, 3)
+        assert ge.start_s < ro.end_s                   # judged while rollout still streamed
+    assert not _spans(trace, Phase.OFFLOAD)            # resident
+    assert not _spans(trace, Phase.OLD_LOGPROB)        # reuse: no extra pass
+    for m in rows:
+        assert math.isfinite(m["loss"]) and m["skipped"] == 0 and m["genrm_parse_fail"] >= 0
+        assert m["samples"] == plan.experiment.workload.samples_per_step
+    assert {s.dp_rank for s in trace.samples} == {0, 1}            # PP=2 x DP=2 trainer
