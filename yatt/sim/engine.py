@@ -209,7 +209,7 @@ class Router:
     def _dropped(self, e: GenEngine) -> None:
         heappush(self.load, (e.outstanding, e.router_index))
 
-    def _dispatch(self, i: int) -> None:
+    def _dispatch(self, i: int) -> int:
         """Least-loaded engine (lowest index on ties) from a lazily-updated heap: O(log E)."""
         engines, load = self.engines, self.load
         while True:
@@ -221,21 +221,20 @@ class Router:
         self.queued += 1
         best.submit(i)
         heapreplace(load, (best.outstanding, k))
-
-    def _charge(self, before: list[int]) -> None:
-        """Each engine that one call handed requests to owes that call's overhead."""
-        for e, n in zip(self.engines, before):
-            e.charge(e.outstanding - n)
+        return k
 
     def submit(self, items: Sequence[int]) -> Optional[simpy.Event]:
         cap = self.capacity
-        before = [e.outstanding for e in self.engines]
+        handed: dict[int, int] = {}  # engine index -> requests this call handed it
         for i in items:
             if cap is not None and (self.queued >= cap or self.overflow):
                 self.overflow.append(i)
             else:
-                self._dispatch(i)
-        self._charge(before)
+                k = self._dispatch(i)
+                handed[k] = handed.get(k, 0) + 1
+        # each engine this call handed requests to owes the call's overhead (O(touched))
+        for k in sorted(handed):
+            self.engines[k].charge(handed[k])
         if self.overflow:
             ev = self.env.event()
             self.blocked.append(ev)
@@ -251,7 +250,8 @@ class Router:
         for j, i in enumerate(items):
             self.queued += 1
             engines[(start + j) % n].submit(i)
-        self._charge(before)
+        for e, n0 in zip(engines, before):  # each engine owes this one call's overhead
+            e.charge(e.outstanding - n0)
         self.load = [(e.outstanding, k) for k, e in enumerate(engines)]
         heapify(self.load)
 
