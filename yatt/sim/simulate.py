@@ -16,6 +16,7 @@ keeps busy at once (CPU "devices" share cores; `contention.py`).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -99,13 +100,11 @@ class _Run:
         model, tp = self.plan.model_for(role), pl.tp
         fn = self.cost.prefill_join_time if join else self.cost.prefill_time
         memo = self._pf_memo.setdefault((role, join), {})
-        out = []
-        for x in tokens:
-            t = memo.get(x)
-            if t is None:
-                t = memo[x] = fn(model, tp, x)
-            out.append(t)
-        return out
+        lengths, where = np.unique(np.asarray(tokens, np.int64), return_inverse=True)
+        for x in lengths.tolist():
+            if x not in memo:
+                memo[x] = fn(model, tp, x)
+        return np.array([memo[x] for x in lengths.tolist()], float)[where].tolist()
 
     # ---- the step loop ----------------------------------------------------------------------
     def all_steps(self, env: simpy.Environment, steps: int):
@@ -383,14 +382,26 @@ class _Step:
         sid, pid, rnd = pool.sample_id.tolist(), pool.prompt_id.tolist(), pool.round.tolist()
         reward = pool.reward.tolist()
         has_genrm = self.run.has_genrm
-        out = self.run.samples
-        for i in range(pool.n):
-            out.append(SampleRecord(
-                step=self.step, sample_id=sid[i], prompt_id=pid[i], prompt_tokens=self.prompt[i],
-                response_tokens=self.resp[i], genrm_input_tokens=self.gin[i] if has_genrm else 0,
-                genrm_output_tokens=self.gout[i] if has_genrm else 0, reward=reward[i],
-                kept=kept[i], dp_rank=self.dp_rank[i], round=rnd[i],
-                rollout_end_s=self.rollout_end[i], genrm_end_s=self.genrm_end[i]))
+        zeros = [0] * pool.n
+        gin, gout = (self.gin, self.gout) if has_genrm else (zeros, zeros)
+        step = [self.step] * pool.n
+        # the records' fields in declaration order, built without the frozen dataclass's
+        # per-field __setattr__ (a step can hold hundreds of thousands of samples)
+        rows = zip(step, sid, pid, self.prompt, self.resp, gin, gout, reward, kept,
+                   self.dp_rank, rnd, self.rollout_end, self.genrm_end)
+        self.run.samples.extend(_records(rows))
         self.run.extra.append({
             "step": self.step, "step_time_s": t_end - self.t0, "rounds": self.rounds,
             "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance})
+
+
+def _records(rows) -> list[SampleRecord]:
+    """SampleRecords from tuples of field values (declaration order): the same objects as
+    the constructor makes, for a type without __post_init__ checks."""
+    new, names = object.__new__, tuple(f.name for f in dataclasses.fields(SampleRecord))
+    out = []
+    for row in rows:
+        r = new(SampleRecord)
+        r.__dict__.update(zip(names, row))
+        out.append(r)
+    return out
