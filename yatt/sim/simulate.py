@@ -306,45 +306,10 @@ class _Step:
 
     # ---- switches and the trainer -----------------------------------------------------------
     def _switch(self, stage: Stage, now: float) -> float:
-        """Cost a switch stage; roles on shared devices go one after another. Returns end.
-        Every device whose role has a non-zero switch counts as busy for contention (the
-        executor starts the switches of a stage together)."""
-        plan, cost = self.plan, self.cost
-        free: dict[int, float] = {}
-        end = now
-        costs: dict[Role, float] = {}
-        for role in stage.roles:
-            if not plan.has(role):
-                continue
-            pl, model = plan.placement(role), plan.model_for(role)
-            if stage.phase is Phase.OFFLOAD:
-                costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
-            else:
-                costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
-        busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
-        k = slowdown(cost, stage.phase, busy)
-        for role, c in costs.items():
-            pl = plan.placement(role)
-            c *= k
-            t0 = self.work_end.get(role, now) if stage.early_release else now
-            t0 = max([t0] + [free[d] for d in pl.devices if d in free])
-            self.run.spans.append(SpanRecord(step=self.step, role=role, phase=stage.phase,
-                                             devices=pl.devices, start_s=t0, end_s=t0 + c,
-                                             name=f"{stage.phase.value} {role.value}"))
-            for d in pl.devices:
-                free[d] = t0 + c
-            end = max(end, t0 + c)
-        return end
+        return switch(self.plan, self.cost, stage, now, self.work_end, self.step, self.run.spans)
 
     def _weight_sync(self, now: float) -> float:
-        plan = self.plan
-        tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
-        devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
-        cross = len({plan.cluster.node_of(d) for d in devs}) > 1
-        c = self.cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
-        self.run.spans.append(SpanRecord(step=self.step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
-                                         devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
-        return now + c
+        return weight_sync(self.plan, self.cost, now, self.step, self.run.spans)
 
     def finish(self, env):
         pool, plan = self.pool, self.plan
@@ -405,3 +370,46 @@ def _records(rows) -> list[SampleRecord]:
         r.__dict__.update(zip(names, row))
         out.append(r)
     return out
+
+
+def switch(plan: Plan, cost: CostModel, stage: Stage, now: float, work_end: dict[Role, float],
+           step: int, spans: list) -> float:
+    """Cost a switch stage; roles on shared devices go one after another. Returns its end.
+    Every device whose role has a non-zero switch counts as busy for contention (the
+    executor starts the switches of a stage together). An early-release stage starts each
+    role at its own `work_end`."""
+    free: dict[int, float] = {}
+    end = now
+    costs: dict[Role, float] = {}
+    for role in stage.roles:
+        if not plan.has(role):
+            continue
+        pl, model = plan.placement(role), plan.model_for(role)
+        if stage.phase is Phase.OFFLOAD:
+            costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
+        else:
+            costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
+    busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
+    k = slowdown(cost, stage.phase, busy)
+    for role, c in costs.items():
+        pl = plan.placement(role)
+        c *= k
+        t0 = work_end.get(role, now) if stage.early_release else now
+        t0 = max([t0] + [free[d] for d in pl.devices if d in free])
+        spans.append(SpanRecord(step=step, role=role, phase=stage.phase, devices=pl.devices,
+                                start_s=t0, end_s=t0 + c, name=f"{stage.phase.value} {role.value}"))
+        for d in pl.devices:
+            free[d] = t0 + c
+        end = max(end, t0 + c)
+    return end
+
+
+def weight_sync(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
+    """Push the trainer's weights into the rollout engines; returns the end."""
+    tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
+    devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
+    cross = len({plan.cluster.node_of(d) for d in devs}) > 1
+    c = cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
+    spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
+                            devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
+    return now + c
