@@ -35,9 +35,12 @@ from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
 from yatt.sim.metrics import StepStats, summarize
 from yatt.core.layout import make_plan
+from yatt.sim.fluid import FluidModel
 from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space
+from . import idle
+from .refine import SplitRefinement, refine_split
 from .splitsearch import coordinate_descent, local_split, search_split
 from .why_pp import trainer_note
 
@@ -131,6 +134,8 @@ class SearchResult:
     seconds: float
     note: str = ""  # how the search was done, when it is not the plain direct search
     trainer_note: str = ""  # why the best plan's trainer runs a pipeline (`why_pp`)
+    refinements: tuple[SplitRefinement, ...] = ()  # full-size split placements (sliced search)
+    idle_note: str = ""  # why a side of the best plan waits (`idle`)
 
     @property
     def best(self) -> Candidate:
@@ -300,23 +305,136 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         final = _reseed_many(exp, cost, short, n_seeds, progress, ev.sims, recorded)
         sims = ev.sims + sum(len(c.step_times) - 1 for c in final)
         slice_note = ""
+        origin = {c.key: c.key for c in final}
+        refinements: tuple[SplitRefinement, ...] = ()
     else:
         small = slice_experiment(exp, factor)
         found = _search_direct(small, cost, placement_space(small), False, progress, None)
         short = _shortlist(list(found.evaluator.cache.values()), min(top, 2))
-        keys = [(c.key[0], c.key[1] * factor, *c.key[2:]) for c in short]
-        final = _simulate_many(exp, cost, keys, n_seeds, progress, found.evaluator.sims)
-        sims = found.evaluator.sims + len(keys) * n_seeds
+        full = _FullSize(exp, cost, factor, n_seeds, progress, found.evaluator.sims)
+        final, origin, refinements = full.run(short)
+        sims = found.evaluator.sims + full.sims
         c = small.cluster
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
-                      f"{small.workload.prompts_per_step} prompts), shortlist re-simulated at full size")
+                      f"{small.workload.prompts_per_step} prompts); " + full.note)
     final.sort(key=lambda c: (c.mean, c.key))
     best = final[0].key
     tried = {c.key[4:]: c.step_times[0] for c in found.evaluator.cache.values()
-             if c.key[:4] == (best[0], best[1] // factor, *best[2:4])}
+             if c.key[:4] == origin[best][:4]}
     return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
                         _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
-                        slice_note, trainer_note(exp, space, final[0].plan, tried))
+                        slice_note, trainer_note(exp, space, final[0].plan, tried), refinements,
+                        idle.idle_note(final[0].trace, cost))
+
+
+# Full-size samples a sliced search confirms with SimPy: seed-0 simulations of the final
+# candidates (then every seed) while their samples per step add up to at most this; about
+# two seconds of simulation on one core. Beyond it the fluid model's numbers stand.
+SIM_BUDGET_SAMPLES = 48_000
+
+
+class _FullSize:
+    """A sliced search's shortlist taken back to full size: splits refined with the fluid
+    model (`refine`), candidates ranked by it, then confirmed with SimPy within
+    `SIM_BUDGET_SAMPLES`. Seeds the simulation does not cover are the fluid model's, as
+    offsets from the same candidate's seed 0 (common random numbers: every candidate
+    draws the same samples per seed)."""
+
+    def __init__(self, exp: Experiment, cost: CostModel, factor: int, seeds: int,
+                 progress: Optional[Progress], done: int) -> None:
+        self.exp, self.cost, self.factor, self.seeds = exp, cost, factor, seeds
+        self.progress, self.done = progress, done
+        self.ev = _Evaluator(exp, cost)
+        self.fluid = FluidModel(cost)
+        self.steps: dict[tuple[Key, int], float] = {}
+        self.sims = 0
+        self.note = ""
+
+    def step(self, key: Key, seed: int = 0) -> float:
+        if (key, seed) not in self.steps:
+            self.steps[(key, seed)] = self.fluid.step(self.ev.plan(key), self.exp.workload, seed).step_time
+            if self.progress:
+                self.progress(self.done + len(self.steps), "fluid model at full size")
+        return self.steps[(key, seed)]
+
+    def run(self, short: list[Candidate]) -> tuple[list[Candidate], dict[Key, Key], tuple[SplitRefinement, ...]]:
+        origin: dict[Key, Key] = {}
+        refinements = []
+        placed: set[Key] = set()
+        for c in short:
+            key = (c.key[0], c.key[1] * self.factor, *c.key[2:])
+            config = (key[0], 0, *key[2:])
+            if config in placed:  # one split per TP pair and layout: its slice's best
+                continue
+            placed.add(config)
+            if key[0] is Mode.PARTIAL:
+                rtp, gtp = key[2], key[3]
+                ref = refine_split(self.exp, lambda r, k=key: self.step((k[0], r, *k[2:])), rtp,
+                                   gtp, key[1], math.lcm(rtp, gtp) * self.factor)
+                refinements.append(ref)
+                key = (key[0], ref.best, *key[2:])
+            else:
+                self.step(key)
+            origin.setdefault(key, c.key)
+        ranked = sorted(origin, key=lambda k: (self.step(k), k))
+        keys = ranked[:2]
+        for mode in (Mode.COLOCATE, Mode.PARTIAL):
+            bm = next((k for k in ranked if k[0] is mode), None)
+            if bm is not None and bm not in keys:
+                keys.append(bm)
+        return self._confirm(keys), origin, tuple(refinements)
+
+    def _confirm(self, keys: list[Key]) -> list[Candidate]:
+        w, n = self.exp.workload, self.seeds
+        per = w.samples_per_step
+        evals = len(self.steps)
+        if len(keys) * n * per <= SIM_BUDGET_SAMPLES:
+            out = _simulate_many(self.exp, self.cost, keys, n, self.progress, self.done + evals)
+            self.sims = len(keys) * n
+            self.note = (f"splits refined at full size with the fluid model ({evals} evaluations), "
+                         "finalists simulated at full size")
+            return out
+        simulate_keys = keys if len(keys) * per <= SIM_BUDGET_SAMPLES else \
+            keys[:1] if per <= SIM_BUDGET_SAMPLES else []
+        sim = {c.key: c for c in _simulate_many(self.exp, self.cost, simulate_keys, 1, self.progress,
+                                                self.done + evals)} if simulate_keys else {}
+        self.sims = len(simulate_keys)
+        out = [self._candidate(k, sim.get(k), samples=i == 0) for i, k in enumerate(keys)]
+        how = (f"splits refined at full size with the fluid model ({len(self.steps)} evaluations); ")
+        if not sim:
+            how += (f"finalists priced by the fluid model at full size ({per:,} samples per step: "
+                    "a full simulation is past the planning budget)")
+        else:
+            which = "finalists" if len(sim) == len(keys) else "the best"
+            how += f"{which} simulated at full size, seed 0"
+            if n > 1:
+                how += f"; seeds 1-{n - 1} from the fluid model, offset to seed 0's simulation"
+        self.note = how
+        return out
+
+    def _candidate(self, key: Key, sim: Optional[Candidate], samples: bool) -> Candidate:
+        """Seed 0 simulated (`sim`) or the fluid model's (its trace with the samples only
+        for the one drawn); other seeds the fluid model's, offset by the simulation's
+        difference at seed 0."""
+        plan = self.ev.plan(key)
+        w = self.exp.workload
+
+        def pooled(seed: int) -> tuple[int, int]:
+            pool = self.fluid.pool(w, seed)
+            kept = pool.kept
+            return int(kept.sum()), int((pool.prompt_tokens + pool.response_tokens)[kept].sum())
+        if sim is None:
+            trace = self.fluid.trace(plan, w, 0, samples=samples)
+            stats = summarize(trace)
+            first = SeedRun(trace.meta.extra["steps"][0]["step_time_s"], 1, *pooled(0),
+                            stats.bubble_fraction)
+        else:
+            trace, stats, first = sim.trace, sim.stats, sim.runs[0]
+        shift = first.step_time - self.step(key, 0)
+        runs = [first]
+        for seed in range(1, self.seeds):
+            runs.append(SeedRun(self.step(key, seed) + shift, 1, *pooled(seed), first.bubble))
+        return Candidate(key, plan, tuple(runs), stats, trace)
 
 
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
