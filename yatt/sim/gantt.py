@@ -127,9 +127,8 @@ def raster(phases: list[Phase], cov: np.ndarray, size: np.ndarray) -> tuple[np.n
 
 
 def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     ln = lanes(trace)
@@ -138,8 +137,13 @@ def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
     lo = min(0.0, min((s.start_s for s in trace.spans), default=0.0))
     phases, cov = coverage(trace, ln, lo, hi, TIME_PIXELS)
     img, busy = raster(phases, cov, ln.size)
-    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(13, 2.5 + min(8.0, 0.12 * n)), sharex=True,
-                                  gridspec_kw={"height_ratios": [4, 1]})
+    height = 2.5 + min(8.0, 0.12 * n)
+    fig = Figure(figsize=(13, height))
+    FigureCanvasAgg(fig)
+    ax, ax2 = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [4, 1]})
+    # fixed margins (inches) for the block labels, legend and axis titles: no layout pass
+    fig.subplots_adjust(left=2.4 / 13, right=1 - 1.3 / 13, top=1 - 0.45 / height,
+                        bottom=0.55 / height, hspace=0.5 / (height - 1.0))
     ax.imshow(img, aspect="auto", interpolation="nearest", extent=(lo, hi, n - 0.5, -0.5))
     ticks, labels = [], []
     for name, first, count, devs in ln.blocks:
@@ -164,8 +168,6 @@ def plot_gantt(trace: Trace, path: str | Path, title: str = "") -> Path:
     ax2.set_ylim(0, 1.05)
     ax2.set_ylabel("busy\nfraction", fontsize=8)
     ax2.set_xlabel("time (s)")
-    fig.tight_layout()
     path = Path(path)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path
