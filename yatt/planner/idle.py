@@ -1,13 +1,15 @@
 """Why one side of a partial-colocate step waits: one sentence with numbers.
 
-Why: in partial colocate the rollout and GenRM devices are disjoint, so whichever side
-finishes generating first idles until the other is done and the trainer can start. A
-timeline that shows rollout GPUs idle for a fifth of the step looks like a bad split; it
-may instead be a latency the split cannot buy back (the longest responses stop at the
-token cap together, and their verdicts decode one token at a time). This module measures
-each side's wait at the end of generation on the chosen plan's trace and names its cause:
-the request on the critical path, its lengths, and whether its judging was queueing
-(more GenRM devices would help) or its own decode (they would not).
+Why: in partial colocate the rollout and GenRM devices are disjoint; the GenRM judges
+last, so the rollout side idles from its last response until the last verdict, and the
+trainer starts after both. A timeline that shows rollout GPUs idle for a fifth of the step
+looks like a bad split; it may instead be a latency the split cannot buy back (the longest
+responses stop at the token cap together, and their verdicts decode one token at a time).
+Likewise a generation that ends on a handful of requests (dynamic-sampling replacements,
+the longest responses) leaves most devices of both sides idle. This module measures both on
+the chosen plan's trace and names the cause: the request on the critical path, its
+lengths, and whether its judging was queueing (more GenRM devices would help) or its own
+decode (they would not).
 """
 from __future__ import annotations
 
@@ -41,16 +43,9 @@ def idle_note(trace: Trace, cost: CostModel) -> str:
         return ""
     r_end = _ends(trace, Role.ROLLOUT, Phase.ROLLOUT)
     g_end = _ends(trace, Role.GENRM, Phase.GENRM)
-    r_share, g_share = (g_end - r_end) / step, (r_end - g_end) / step
     notes = []
-    if r_share > SHOW:
+    if (g_end - r_end) / step > SHOW:   # (the GenRM side cannot end first: it judges last)
         notes.append(_rollout_waits(trace, cost, mine, r_end, g_end, step))
-    elif g_share > SHOW:
-        last = max(mine, key=lambda s: s.rollout_end_s)
-        notes.append(f"GenRM devices idle {r_end - g_end:.1f} s at the end of generation "
-                     f"({g_share * 100:.0f}% of the step): the step waits for the last response "
-                     f"({last.response_tokens:,} tokens, done at {last.rollout_end_s:.1f} s)"
-                     + _round_text(last) + ".")
     thin = _thin_tail(trace)
     crit = max(mine, key=lambda s: s.genrm_end_s)
     if thin is not None and (max(r_end, g_end) - thin) / step > TAIL and (not notes or crit.round):
@@ -137,7 +132,8 @@ def _rollout_waits(trace: Trace, cost: CostModel, mine: list, r_end: float, g_en
 
 
 def side_waits(trace: Trace) -> Optional[tuple[float, float]]:
-    """(rollout, GenRM) wait at the end of generation as shares of the step, or None."""
+    """(rollout, GenRM) wait at the end of generation as shares of the step, or None when
+    the plan has no two sides (for reports)."""
     plan = trace.meta.plan
     if plan.mode is not Mode.PARTIAL or not plan.has(Role.GENRM):
         return None

@@ -15,6 +15,9 @@ so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends 
   same time to either: partial colocate takes the layout full colocate found best (and
   searches it as a third coordinate when full colocate is not searched).
 - The best few candidates are re-simulated over `search.seeds` seeds: mean +/- spread.
+- Above 128 devices the search runs on a load-preserving slice, then takes its shortlist
+  back to full size: splits placed at full resolution with the fluid model, finalists
+  simulated where the budget allows (`search`).
 
 `exhaustive=True` simulates everything (for tests and the regret benchmark).
 """
@@ -282,8 +285,10 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
 
     Large clusters (more than 2 x SLICE_GPUS devices, not exhaustive, not replaying) are
     searched on a slice (`slice_experiment`): same per-engine load, ~1/factor the
-    simulation cost. The slice's best placements are then scaled back up and simulated at
-    full size, so every number shown is a full-size simulation.
+    simulation cost. The slice's best placements are then taken back to full size
+    (`_FullSize`): each partial split refined at full resolution with the fluid model
+    (`yatt.sim.fluid`, `refine`), the finalists simulated at full size within
+    SIM_BUDGET_SAMPLES and priced by the fluid model beyond it; `note` says which.
 
     recorded: replay these samples' lengths (from a trace) instead of sampling the
     workload; every recorded step is simulated and the mean step time ranks.
@@ -391,8 +396,8 @@ class _FullSize:
         if len(keys) * n * per <= SIM_BUDGET_SAMPLES:
             out = _simulate_many(self.exp, self.cost, keys, n, self.progress, self.done + evals)
             self.sims = len(keys) * n
-            self.note = (f"splits refined at full size with the fluid model ({evals} evaluations), "
-                         "finalists simulated at full size")
+            self.note = (f"splits refined at full size with the fluid model ({evals} fluid "
+                         "evaluations); finalists simulated at full size")
             return out
         simulate_keys = keys if len(keys) * per <= SIM_BUDGET_SAMPLES else \
             keys[:1] if per <= SIM_BUDGET_SAMPLES else []
@@ -400,16 +405,16 @@ class _FullSize:
                                                 self.done + evals)} if simulate_keys else {}
         self.sims = len(simulate_keys)
         out = [self._candidate(k, sim.get(k), samples=i == 0) for i, k in enumerate(keys)]
-        how = (f"splits refined at full size with the fluid model ({len(self.steps)} evaluations); ")
         if not sim:
-            how += (f"finalists priced by the fluid model at full size ({per:,} samples per step: "
-                    "a full simulation is past the planning budget)")
+            how = (f"finalists priced by the fluid model at full size ({per:,} samples per step: "
+                   f"a full simulation is past the planning budget of {SIM_BUDGET_SAMPLES:,})")
         else:
-            which = "finalists" if len(sim) == len(keys) else "the best"
-            how += f"{which} simulated at full size, seed 0"
+            which = "finalists" if len(sim) == len(keys) else "the fluid model's best"
+            how = f"{which} simulated at full size, seed 0"
             if n > 1:
                 how += f"; seeds 1-{n - 1} from the fluid model, offset to seed 0's simulation"
-        self.note = how
+        self.note = (f"splits refined at full size with the fluid model ({len(self.steps)} fluid "
+                     f"evaluations); " + how)
         return out
 
     def _candidate(self, key: Key, sim: Optional[Candidate], samples: bool) -> Candidate:

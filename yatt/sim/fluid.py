@@ -44,6 +44,7 @@ from .trainer import Split, rank_phase, train_epochs
 
 CTX_POINTS = 48     # per-sequence contexts in a step table
 GRID = 1000         # time points of the streamed-judging integration
+HEAVY = 8           # trainer ranks priced per pass (the most loaded under the snake split)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,6 @@ class _FluidStep:
         self.rollout_end = np.full(n, np.nan)
         self.genrm_end = np.full(n, np.nan)
         self.rounds = 1
-        self.bins: Optional[list] = None
         algo = plan.experiment.algo
         self.has_genrm = algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
         self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
@@ -253,7 +253,11 @@ class _FluidStep:
         """Engines whose whole batch is admitted at once: one decode interval per distinct
         finish step, vectorised over every engine."""
         f, inp = r.out[items], r.inp[items]
-        order = np.argsort(eng * len(r.rank) + r.rank[items])   # by engine, finish step, index
+        # by engine, then finish step, then index: the items in (finish step, index) order,
+        # then a stable sort by engine (a radix sort for 16-bit engine numbers)
+        by_rank = np.argsort(r.rank[items])                      # distinct ranks: no ties
+        kind = np.int16 if len(counts) < 2 ** 15 else np.int64
+        order = by_rank[np.argsort(eng[by_rank].astype(kind), kind="stable")]
         e_s, f_s, in_s = eng[order], f[order], inp[order]
         n = len(items)
         idx = np.arange(n)
@@ -441,13 +445,21 @@ class _FluidStep:
         free = np.zeros(E)
         np.maximum.at(free, eng, wall[:first])
         heap = sorted((float(free[e]), e) for e in range(E))
+        runs: dict[int, list[list[float]]] = {}     # per engine: merged busy intervals
         for i in (first + np.argsort(start[first:], kind="stable")).tolist():
             t_free, e = heappop(heap)
-            a, b = float(start[i]), float(wall[i])
-            self.spans.append(SpanRecord(step=0, role=Role.ROLLOUT, phase=Phase.ROLLOUT,
-                                         devices=tuple(groups[e]), start_s=a, end_s=max(a, b),
-                                         name=f"rollout[{e}] replacement"))
+            a, b = float(start[i]), max(float(start[i]), float(wall[i]))
+            iv = runs.setdefault(e, [])
+            if iv and a <= iv[-1][1]:
+                iv[-1][1] = max(iv[-1][1], b)
+            else:
+                iv.append([a, b])
             heappush(heap, (max(t_free, b), e))
+        for e, iv in sorted(runs.items()):
+            for a, b in iv:
+                self.spans.append(SpanRecord(step=0, role=Role.ROLLOUT, phase=Phase.ROLLOUT,
+                                             devices=tuple(groups[e]), start_s=a, end_s=b,
+                                             name=f"rollout[{e}] replacements"))
         if stream is None:
             return
         groups = self.plan.placement(Role.GENRM).groups()
@@ -469,8 +481,8 @@ class _FluidStep:
         eng = np.arange(len(done)) % engines
         grid = np.linspace(0.0, float(done.max()) if len(done) else 1.0, 256)
         at = np.minimum(np.searchsorted(grid, done, side="left"), len(grid) - 1)
-        per = np.zeros((engines, len(grid)))
-        np.add.at(per, (eng, at), 1.0)
+        per = np.bincount(eng * len(grid) + at, minlength=engines * len(grid))
+        per = per.reshape(engines, len(grid))
         left = np.bincount(eng, minlength=engines)[:, None] - np.cumsum(per, axis=1)
         return grid, left.min(axis=0)
 
@@ -487,42 +499,44 @@ class _FluidStep:
                 now = self._trainer_phase(stage.phase, now)
         return now
 
-    def _split(self, dp: int) -> Split:
-        """Kept sequences over `dp` ranks in snake order of length: near-balanced loads."""
+    def _snake(self, dp: int) -> tuple[np.ndarray, np.ndarray]:
+        """Kept sequences (pool indices) and their DP rank, dealt in snake order of length:
+        near-balanced loads."""
         pool = self.pool
         kept = np.flatnonzero(pool.kept)
         seq = pool.prompt_tokens + pool.response_tokens
         order = kept[np.argsort(-seq[kept], kind="stable")]
         pos = np.arange(len(order))
         lap, off = pos // dp, pos % dp
-        rank = np.where(lap % 2 == 0, off, dp - 1 - off)
-        by = np.argsort(rank, kind="stable")
-        cuts = np.searchsorted(rank[by], np.arange(1, dp))
-        bins = [b.tolist() for b in np.split(order[by], cuts)]
-        return Split(bins, np.bincount(rank, weights=seq[order], minlength=dp).tolist(), "snake")
+        return order, np.where(lap % 2 == 0, off, dp - 1 - off)
 
     def _trainer_phase(self, phase: Phase, now: float) -> float:
-        """One trainer pass over a near-balanced split; its duration is cached per layout
-        (it does not depend on the generation placement)."""
+        """One trainer pass, timed by its slowest ranks: the `HEAVY` ranks with the most
+        tokens under the snake split (cached per layout: it does not depend on the
+        generation placement). A trace shows the pass as one span over the role's devices."""
         plan, pool = self.plan, self.pool
         role = Role.REFERENCE if phase is Phase.REF_LOGPROB else Role.TRAINER
         pl = plan.placement(role)
         key = (phase, role, pl.tp, pl.pp, pl.dp, plan.balance_cost)
-        hit = self.fm._trainer.get(key)
-        if hit is not None and not self.tracing:
-            return now + hit
-        sp = self._split(pl.dp)
-        if role is Role.TRAINER:
-            self.bins = sp.bins
-        seq = pool.prompt_tokens + pool.response_tokens
-        spans = self.spans if self.tracing else []
-        if phase is Phase.TRAIN:
-            end = train_epochs(plan, self.cost, sp, seq, now, 0, spans)
-        else:
-            name = "ref_logprob" if phase is Phase.REF_LOGPROB else "old_logprob"
-            end = rank_phase(plan, self.cost, role, phase, sp.bins, seq, now, 0, spans, name=name)
-        self.fm._trainer[key] = end - now
-        return end
+        took = self.fm._trainer.get(key)
+        if took is None:
+            seq = pool.prompt_tokens + pool.response_tokens
+            order, rank = self._snake(pl.dp)
+            loads = np.bincount(rank, weights=seq[order], minlength=pl.dp)
+            heavy = np.argsort(-loads, kind="stable")[:HEAVY]
+            bins = [order[rank == k].tolist() for k in heavy.tolist()]
+            sp = Split(bins, loads[heavy].tolist(), "snake")
+            if phase is Phase.TRAIN:
+                took = train_epochs(plan, self.cost, sp, seq, 0.0, 0, [])
+            else:
+                took = rank_phase(plan, self.cost, role, phase, bins, seq, 0.0, 0, [])
+            self.fm._trainer[key] = took
+        if self.tracing:
+            name = {Phase.TRAIN: "train", Phase.REF_LOGPROB: "ref_logprob"}.get(phase, "old_logprob")
+            self.spans.append(SpanRecord(step=0, role=role, phase=phase, devices=pl.devices,
+                                         start_s=now, end_s=now + took,
+                                         name=f"{name} (slowest rank)"))
+        return now + took
 
     # ---- a trace -------------------------------------------------------------------------
     def as_trace(self, st: FluidStep, seed: int, with_samples: bool = True) -> Trace:
@@ -534,10 +548,8 @@ class _FluidStep:
         pool, plan = self.pool, self.plan
         n = pool.n
         dp_rank = np.full(n, -1, np.int64)
-        if self.bins is None:
-            self.bins = self._split(plan.placement(Role.TRAINER).dp).bins
-        for r, b in enumerate(self.bins):
-            dp_rank[b] = r
+        order, rank = self._snake(plan.placement(Role.TRAINER).dp)
+        dp_rank[order] = rank
         has_genrm = self.has_genrm
 
         def opt(x: np.ndarray) -> list:

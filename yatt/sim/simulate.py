@@ -363,11 +363,12 @@ class _Step:
 def _records(rows) -> list[SampleRecord]:
     """SampleRecords from tuples of field values (declaration order): the same objects as
     the constructor makes, for a type without __post_init__ checks."""
-    new, names = object.__new__, tuple(f.name for f in dataclasses.fields(SampleRecord))
+    new, put = object.__new__, object.__setattr__
+    names = tuple(f.name for f in dataclasses.fields(SampleRecord))
     out = []
     for row in rows:
         r = new(SampleRecord)
-        r.__dict__.update(zip(names, row))
+        put(r, "__dict__", dict(zip(names, row)))
         out.append(r)
     return out
 
