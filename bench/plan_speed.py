@@ -147,7 +147,8 @@ def breakdown(exp: Experiment, out: Path) -> tuple[dict, object]:
     return {"search_cpu_seconds": round(c1 - c0, 3), "outputs_cpu_seconds": round(c2 - c1, 3),
             "slice_simulations": res.simulations,
             "fluid_evaluations": sum(r.evaluated for r in res.refinements),
-            "full_size_simulations": sum(1 for c in res.ranked if c.trace.meta.extra.get("model") != "fluid"),
+            "full_size_simulations": sum(1 for c in res.ranked
+                                         if c.trace.meta.extra.get("model") != "fluid"),
             "best": best.plan.describe(), "best_step_s": round(best.mean, 2),
             "best_priced_by": best.trace.meta.extra.get("model", "simulation"),
             "trace_spans": len(best.trace.spans), "trace_samples": len(best.trace.samples),
@@ -241,7 +242,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true",
                     help="a check that the bench works: speed at 256 GPUs, regret at 32")
     ap.add_argument("--scan-step", type=int, default=0,
-                    help="devices between the reference scan's splits (0: every split up to 2,048 GPUs, else 1/32 of the cluster)")
+                    help="devices between the reference scan's splits (0: every split up to "
+                         "2,048 GPUs, else 1/32 of the cluster)")
     ap.add_argument("--scan-fine", type=int, default=0,
                     help="devices around the best and the chosen split scanned at every legal "
                          "split (0: 1/64 of the cluster)")
@@ -287,7 +289,8 @@ def main() -> None:
         r = row.get("regret", {}).get("regret")
         print(f"  {g} GPUs, {row['samples']:,} samples: {row['wall_seconds']:.2f} s wall with outputs "
               f"(target {row['target_seconds']:g} s), {row['peak_rss_mb']:.0f} MB peak"
-              + (f", regret {r:.4f} vs {row['regret']['reference_simulations']} simulations" if r is not None else ""))
+              + (f", regret {r:.4f} vs {row['regret']['reference_simulations']} simulations"
+                 if r is not None else ""))
 
 
 if __name__ == "__main__":

@@ -91,7 +91,8 @@ def test_vectorised_batch_equals_the_batching_loop(reqs, t0):
     plan = make_plan(exp, Mode.COLOCATE)
     fm = FluidModel(FakeCostModel())
     step = _FluidStep(fm, plan, fm.pool(w, 0))
-    r = dataclasses.replace(step._role(Role.ROLLOUT, 1), inp=np.array([a for a, _ in reqs]), out=np.array([b for _, b in reqs]),
+    r = dataclasses.replace(step._role(Role.ROLLOUT, 1), inp=np.array([a for a, _ in reqs]),
+                            out=np.array([b for _, b in reqs]),
                             rank=np.argsort(np.lexsort((np.arange(n), [b for _, b in reqs]))),
                             pf=np.linspace(0.01, 0.02, n), pj=np.linspace(0.01, 0.02, n), engines=1)
     items = np.arange(n)
@@ -113,5 +114,23 @@ def test_fluid_trace_is_a_trace_of_the_same_step():
     assert all(0 <= d < 64 for s in tr.spans for d in s.devices)
     assert all(s.end_s >= s.start_s >= 0 for s in tr.spans)
     stats = summarize(tr)
-    assert 0 <= stats.bubble_fraction < 1 and stats.samples_kept == int(fm.pool(exp.workload, 0).kept.sum())
+    assert 0 <= stats.bubble_fraction < 1
+    assert stats.samples_kept == int(fm.pool(exp.workload, 0).kept.sum())
     assert all(s.genrm_end_s >= s.rollout_end_s for s in tr.samples)
+
+
+def test_engines_that_fit_are_priced_alike_next_to_engines_that_do_not():
+    """A batch where some engines get more requests than max_num_seqs: those run the
+    batching loop, the others the vectorised schedule; each engine's times are its own."""
+    w = dataclasses.replace(workload(9, 1), prompt_len=LengthDist(DistKind.CONST, 8))
+    exp = experiment(w)
+    plan = make_plan(exp, Mode.COLOCATE)
+    fm = FluidModel(FakeCostModel())
+    step = _FluidStep(fm, plan, fm.pool(w, 0))
+    r = dataclasses.replace(step._role(Role.ROLLOUT, 1), engines=4, max_seqs=2)
+    items = np.arange(9)                        # dealt 3, 2, 2, 2: engine 0 loops
+    both = step._batch(r, items, 0.0)
+    for e in range(4):
+        mine = items[items % 4 == e]
+        alone = step._batch_loop(r, mine, 0.0)
+        assert np.allclose(both[mine], alone, rtol=1e-9), e

@@ -56,7 +56,8 @@ def _lane_trace(trace: Trace, ndev: int) -> dict[str, Any]:
     while -(-ndev // k) > MAX_LANES:
         k *= 2
     # per lane: time -> phase -> change in busy devices
-    change: dict[int, dict[float, dict[str, int]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(int)))
+    change: dict[int, dict[float, dict[str, int]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(int)))
     for s in trace.spans:
         per: dict[int, int] = defaultdict(int)
         for d in s.devices:

@@ -7,7 +7,8 @@ per step, a thinner tail). This module takes the slice's shortlist back to full 
 places each partial-colocate split at full resolution: a golden-section search on the
 fluid model's step time (`yatt.sim.fluid`) over the cluster's legal splits, bracketed
 half-way to the slice's neighbouring splits and widened while the best point sits on the
-bracket's edge, down to 1/128 of the legal splits (the step time is flat near its optimum). The fluid model is ranked against the SimPy simulation in tests; the planner
+bracket's edge, down to 1/128 of the legal splits (the step time is flat near its
+optimum). The fluid model is ranked against the SimPy simulation in tests; the planner
 confirms what it chooses with the simulation where that fits its budget.
 """
 from __future__ import annotations

@@ -352,17 +352,20 @@ class _FullSize:
         self.ev = _Evaluator(exp, cost)
         self.fluid = FluidModel(cost)
         self.steps: dict[tuple[Key, int], float] = {}
+        self.pooled: dict[int, tuple[int, int]] = {}
         self.sims = 0
         self.note = ""
 
     def step(self, key: Key, seed: int = 0) -> float:
         if (key, seed) not in self.steps:
-            self.steps[(key, seed)] = self.fluid.step(self.ev.plan(key), self.exp.workload, seed).step_time
+            st = self.fluid.step(self.ev.plan(key), self.exp.workload, seed)
+            self.steps[(key, seed)] = st.step_time
             if self.progress:
                 self.progress(self.done + len(self.steps), "fluid model at full size")
         return self.steps[(key, seed)]
 
-    def run(self, short: list[Candidate]) -> tuple[list[Candidate], dict[Key, Key], tuple[SplitRefinement, ...]]:
+    def run(self, short: list[Candidate]
+            ) -> tuple[list[Candidate], dict[Key, Key], tuple[SplitRefinement, ...]]:
         origin: dict[Key, Key] = {}
         refinements = []
         placed: set[Key] = set()
@@ -404,7 +407,11 @@ class _FullSize:
         sim = {c.key: c for c in _simulate_many(self.exp, self.cost, simulate_keys, 1, self.progress,
                                                 self.done + evals)} if simulate_keys else {}
         self.sims = len(simulate_keys)
+        pending = self._seeds_aside([(k, s) for k in keys for s in range(1, n)])
         out = [self._candidate(k, sim.get(k), samples=i == 0) for i, k in enumerate(keys)]
+        steps, self.pooled = pending()
+        self.steps.update(steps)
+        out = [self._with_seeds(c) for c in out]
         if not sim:
             how = (f"finalists priced by the fluid model at full size ({per:,} samples per step: "
                    f"a full simulation is past the planning budget of {SIM_BUDGET_SAMPLES:,})")
@@ -418,28 +425,71 @@ class _FullSize:
         return out
 
     def _candidate(self, key: Key, sim: Optional[Candidate], samples: bool) -> Candidate:
-        """Seed 0 simulated (`sim`) or the fluid model's (its trace with the samples only
-        for the one drawn); other seeds the fluid model's, offset by the simulation's
-        difference at seed 0."""
+        """Seed 0: simulated (`sim`) or the fluid model's (its trace with the samples only
+        for the one drawn)."""
         plan = self.ev.plan(key)
         w = self.exp.workload
-
-        def pooled(seed: int) -> tuple[int, int]:
-            pool = self.fluid.pool(w, seed)
-            kept = pool.kept
-            return int(kept.sum()), int((pool.prompt_tokens + pool.response_tokens)[kept].sum())
         if sim is None:
             trace = self.fluid.trace(plan, w, 0, samples=samples)
             stats = summarize(trace)
-            first = SeedRun(trace.meta.extra["steps"][0]["step_time_s"], 1, *pooled(0),
+            first = SeedRun(trace.meta.extra["steps"][0]["step_time_s"], 1, *self.kept(0),
                             stats.bubble_fraction)
         else:
             trace, stats, first = sim.trace, sim.stats, sim.runs[0]
-        shift = first.step_time - self.step(key, 0)
+        return Candidate(key, plan, (first,), stats, trace)
+
+    def _with_seeds(self, c: Candidate) -> Candidate:
+        """Seeds 1.. from the fluid model, offset by seed 0's difference to `c`'s seed 0."""
+        first = c.runs[0]
+        shift = first.step_time - self.step(c.key, 0)
         runs = [first]
         for seed in range(1, self.seeds):
-            runs.append(SeedRun(self.step(key, seed) + shift, 1, *pooled(seed), first.bubble))
-        return Candidate(key, plan, tuple(runs), stats, trace)
+            runs.append(SeedRun(self.step(c.key, seed) + shift, 1, *self.pooled[seed], first.bubble))
+        return Candidate(c.key, c.plan, tuple(runs), c.stats, c.trace)
+
+    def kept(self, seed: int) -> tuple[int, int]:
+        """Trained samples and tokens of a seed's step (the same for every placement)."""
+        pool = self.fluid.pool(self.exp.workload, seed)
+        kept = pool.kept
+        return int(kept.sum()), int((pool.prompt_tokens + pool.response_tokens)[kept].sum())
+
+    def _seeds_aside(self, jobs: list[tuple[Key, int]]) -> Callable[[], dict]:
+        """Fluid step times of (key, seed) jobs in a forked worker while this process draws
+        the finalists' traces; returns a function that collects them (serial where there is
+        one core or no fork)."""
+        jobs = [j for j in jobs if j not in self.steps]
+        if not jobs or (os.cpu_count() or 1) < 2 or "fork" not in mp.get_all_start_methods():
+            return lambda: _fluid_work(self, jobs)
+        global _ASIDE
+        _ASIDE = (self, jobs)   # the forked worker inherits it: nothing large is pickled
+        pool = mp.get_context("fork").Pool(1)
+        _ASIDE = None
+        res = pool.map_async(_fluid_steps, [0])
+
+        def collect() -> dict:
+            try:
+                return res.get()[0]
+            finally:
+                pool.close()
+                pool.join()
+        return collect
+
+
+_ASIDE: Optional[tuple["_FullSize", list]] = None   # set around a fork only
+
+
+def _fluid_work(full: "_FullSize", jobs: list[tuple[Key, int]]) -> tuple[dict, dict]:
+    """Fluid step times of (key, seed) jobs, and each seed's trained samples and tokens."""
+    return ({j: full.step(*j) for j in jobs},
+            {s: full.kept(s) for s in sorted({s for _, s in jobs})})
+
+
+def _fluid_steps(_: int) -> tuple[dict, dict]:
+    """In a forked worker: `_fluid_work` on the inherited jobs."""
+    assert _ASIDE is not None
+    full, jobs = _ASIDE
+    full.progress = None
+    return _fluid_work(full, jobs)
 
 
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]

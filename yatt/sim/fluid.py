@@ -253,6 +253,7 @@ class _FluidStep:
         """Engines whose whole batch is admitted at once: one decode interval per distinct
         finish step, vectorised over every engine."""
         f, inp = r.out[items], r.inp[items]
+        counts = np.bincount(eng, minlength=len(counts))     # these engines' requests only
         # by engine, then finish step, then index: the items in (finish step, index) order,
         # then a stable sort by engine (a radix sort for 16-bit engine numbers)
         by_rank = np.argsort(r.rank[items])                      # distinct ranks: no ties
@@ -565,7 +566,8 @@ class _FluidStep:
         c = plan.cluster
         kept = pool.kept
         meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed,
-                         yatt_version=yatt_version(), hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}",
+                         yatt_version=yatt_version(),
+                         hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}",
                          steps=1, extra={"cost_model": type(self.cost).__name__, "model": "fluid",
                                          "steps": [{"step": 0, "step_time_s": st.step_time,
                                                     "rounds": self.rounds,

@@ -72,7 +72,8 @@ def lanes(trace: Trace, max_lanes: int = MAX_LANES) -> Lanes:
     return Lanes(lane_of, np.array(sizes, float), blocks, k)
 
 
-def coverage(trace: Trace, ln: Lanes, t0: float, t1: float, width: int) -> tuple[list[Phase], np.ndarray]:
+def coverage(trace: Trace, ln: Lanes, t0: float, t1: float,
+             width: int) -> tuple[list[Phase], np.ndarray]:
     """Device-seconds of each phase per (lane, time pixel), as a fraction of the pixel's
     duration: array [phase, lane, pixel]; the phases in that order. Vectorised over every
     (span, lane) pair: no Python work per device."""
