@@ -409,16 +409,14 @@ class _FluidStep:
             if stream is not None:
                 launch = stream.rollout_clock(launch)
             new = self._members(nxt)
-            host = np.interp(launch, grid, least) + 1.0
-            ctx = ro.inp[new] + ro.out[new] / 2.0
-            dur = ro.pj[new] + ro.call(1) + ro.table.time(host, ctx) * ro.out[new]
-            add = len(items) + np.argsort(launch + dur, kind="stable")
+            done_new = self._replacements(ro, new, launch, grid, least)
+            add = len(items) + np.argsort(done_new, kind="stable")
             merged = np.concatenate([by_tau, add])
-            both = np.concatenate([tau, launch + dur])
+            both = np.concatenate([tau, done_new])
             by_tau = merged[np.argsort(both[merged], kind="stable")]   # two sorted runs
             judged = np.concatenate([judged, np.full(len(new), np.nan)])
             items = np.concatenate([items, new])
-            tau = np.concatenate([tau, launch + dur])
+            tau = np.concatenate([tau, done_new])
             began = np.concatenate([began, launch])
         wall = stream.wall(tau) if stream is not None else tau
         self.rollout_end[items] = wall
@@ -474,6 +472,25 @@ class _FluidStep:
                                              devices=tuple(groups[e]), start_s=float(T[lo]),
                                              end_s=float(T[min(hi, len(T) - 1)]),
                                              name=f"genrm[{e}] (pool occupancy)"))
+
+    def _replacements(self, ro: _Role, new: np.ndarray, launch: np.ndarray, grid: np.ndarray,
+                      least: np.ndarray) -> np.ndarray:
+        """When replacement requests launched at `launch` (rollout clock) finish: each joins
+        the least-loaded engine, waits while that engine's batch is full, then decodes at its
+        batch (plus itself) as the batch drains: the decode steps are the integral of the
+        step rate over time."""
+        ctx = float(np.mean(ro.inp[new] + ro.out[new] / 2.0))
+        s1 = float(ro.table.time(np.array([1.0]), np.array([ctx]))[0])
+        batch = least + 1.0
+        rate = np.where(batch > ro.max_seqs, 0.0, 1.0 / ro.table.time(batch, np.full(len(grid), ctx)))
+        steps = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
+        steps += np.arange(len(grid)) * 1e-9       # strictly increasing, for interpolation
+        start = launch + ro.pj[new] + ro.call(1)
+        # past the first batch's end an engine runs replacements only: batch one
+        at = np.interp(start, grid, steps) + np.maximum(0.0, start - grid[-1]) / s1
+        target = at + ro.out[new]
+        return np.where(target <= steps[-1], np.interp(target, steps, grid),
+                        grid[-1] + (target - steps[-1]) * s1)
 
     @staticmethod
     def _least_loaded(done: np.ndarray, engines: int) -> tuple[np.ndarray, np.ndarray]:
