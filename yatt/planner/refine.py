@@ -5,10 +5,9 @@ GPU splits are k times coarser than the cluster's (a 64-device slice of 8,192 de
 sees splits 1,024 devices apart), and whose longest responses are shorter (fewer samples
 per step, a thinner tail). This module takes the slice's shortlist back to full size and
 places each partial-colocate split at full resolution: a golden-section search on the
-fluid model's step time (`yatt.sim.fluid`) over the cluster's legal splits, bracketed
-half-way to the slice's neighbouring splits and widened while the best point sits on the
-bracket's edge, down to 1/128 of the legal splits (the step time is flat near its
-optimum). The fluid model is ranked against the SimPy simulation in tests; the planner
+fluid model's step time (`yatt.sim.fluid`) over the cluster's legal splits, bracketed by
+the slice's neighbouring splits and widened while the best point sits on the bracket's
+edge, down to 1/128 of the legal splits (the step time is flat near its optimum). The fluid model is ranked against the SimPy simulation in tests; the planner
 confirms what it chooses with the simulation where that fits its budget.
 """
 from __future__ import annotations
@@ -81,8 +80,7 @@ def refine_split(exp: Experiment, step_time: Callable[[int], float], rollout_tp:
                  genrm_tp: int, start: int, radius: int) -> SplitRefinement:
     """Place the split of one TP pair at full resolution. `step_time(r)`: the fluid model's
     step time with r rollout devices; `start`: the slice's best split scaled up; `radius`:
-    devices between the slice's neighbouring splits, scaled up (the first bracket spans
-    half of it on each side)."""
+    devices between the slice's neighbouring splits, scaled up (the first bracket)."""
     splits = partial_splits(exp, rollout_tp, genrm_tp)
     if not splits:
         raise ValueError(f"no legal split for rollout tp{rollout_tp} / GenRM tp{genrm_tp}")
@@ -95,7 +93,7 @@ def refine_split(exp: Experiment, step_time: Callable[[int], float], rollout_tp:
 
     i0 = min(range(len(splits)), key=lambda i: abs(splits[i] - start))
     step = splits[1] - splits[0] if len(splits) > 1 else 1
-    k = max(1, round(radius / 2 / step))   # half-way to the slice's neighbouring splits
+    k = max(1, round(radius / step))       # out to the slice's neighbouring splits
     best = golden_min(f, i0 - k, i0 + k, len(splits), tol=len(splits) // RESOLUTION)
     return SplitRefinement(rollout_tp, genrm_tp, len(splits), len(seen), start, splits[best])
 
