@@ -1,4 +1,4 @@
-"""A generation engine (rollout or GenRM) with continuous batching, as one SimPy process.
+"""A generation engine (rollout or GenRM) with continuous batching, driven by SimPy events.
 
 Why: generation dominates an RLHF step, and its time depends on how requests share the
 running batch. The engine is simulated at request-completion granularity: between two
@@ -144,11 +144,11 @@ class GenEngine:
             self.busy.append((self._busy_from, self.env.now, self._tokens))
             self._busy_from, self._tokens = None, 0
 
-    # The engine is a state machine driven by SimPy event callbacks rather than a SimPy
-    # process: the same events, scheduled in the same order with the same priorities (an
-    # interruption is an URGENT event at `now`, as `Process.interrupt` schedules one), so
-    # every run is event-for-event the process version's, without a generator resume or an
-    # exception per interrupt.
+    # The engine is a state machine driven by SimPy event callbacks, not a SimPy process:
+    # it schedules the events a process with the same yields would, in the same order and
+    # with the same priorities (an interruption is an URGENT event at `now`, as
+    # `Process.interrupt` schedules one), so runs are the same event for event, without a
+    # generator resume or an exception per interrupt.
     def _start(self, _ev=None) -> None:
         self._step()
 
