@@ -247,8 +247,27 @@ def _plan_speed(d: dict) -> list[str]:
            f"{_fmt(d.get('target_seconds'))} s; best `{d.get('best')}` at {_fmt(d.get('best_step_s'))} s/step.", ""]
     rows = [[g, _apct(r.get("regret")), r.get("chosen"), r.get("simulations"), r.get("exhaustive_simulations")]
             for g, r in d.get("regret", {}).items()]
-    return out + _table(["GPUs", "regret", "chosen (= exhaustive optimum when regret is 0)",
-                         "simulations", "exhaustive simulations"], rows)
+    out += _table(["GPUs", "regret", "chosen (= exhaustive optimum when regret is 0)",
+                   "simulations", "exhaustive simulations"], rows)
+    scale = d.get("scale")
+    if scale:
+        out += ["`yatt plan` end to end at scale (a fresh process, every output written; peak "
+                "RSS of the process and its workers); regret against SimPy scans of the "
+                "finalists' splits at full size:", ""]
+        rows = []
+        for g, r in scale.items():
+            rg = r.get("regret") or {}
+            rows.append([g, r.get("samples"), r.get("wall_seconds"), r.get("target_seconds"),
+                         r.get("cpu_seconds"), r.get("peak_rss_mb"), r.get("search_cpu_seconds"),
+                         r.get("outputs_cpu_seconds"), r.get("slice_simulations"),
+                         r.get("fluid_evaluations"), r.get("best"), r.get("best_priced_by"),
+                         _apct(rg.get("regret")) if rg else "-",
+                         rg.get("reference_simulations") if rg else "-",
+                         _apct(rg.get("slice_choice_regret")) if "slice_choice_regret" in rg else "-"])
+        out += _table(["GPUs", "samples", "wall s", "target s", "CPU s", "peak MB", "search CPU s",
+                       "outputs CPU s", "slice sims", "fluid evals (split)", "chosen", "priced by",
+                       "regret", "reference sims", "slice's own choice"], rows)
+    return out
 
 
 def _sim_speed(d: dict) -> list[str]:

@@ -131,8 +131,14 @@ def explanation(result: SearchResult) -> str:
                "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
                      f"splits simulated ({how}); best R{r.best_rollout_devices}")
+    for r in result.refinements:
+        lines.append(f"split at full size R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of "
+                     f"{r.splits} splits priced by the fluid model, from the slice's R{r.start}; "
+                     f"best R{r.best}")
     if result.trainer_note:
         lines.append(result.trainer_note)
+    if result.idle_note:
+        lines.append(result.idle_note)
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)
@@ -150,7 +156,8 @@ def write_outputs(out: Path, result: PlanResult) -> list[Path]:
     dump_yaml(result.best_plan(), paths[0])
     write_chrome_trace(best.trace, paths[1])
     n = len(best.step_times)
-    title = (f"{best.plan.describe()}: seed 0 drawn, {best.step_times[0]:.1f} s/step"
+    fluid = " by the fluid model" if best.trace.meta.extra.get("model") == "fluid" else ""
+    title = (f"{best.plan.describe()}: seed 0 drawn{fluid}, {best.step_times[0]:.1f} s/step"
              + (f" (mean over {n} seeds {best.mean:.1f} s)" if n > 1 else ""))
     plot_gantt(best.trace, paths[2], title=title)
     write_csv(result.rows(), paths[3])

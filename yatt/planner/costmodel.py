@@ -97,23 +97,24 @@ class Efficiency:
         return replace(self, **kw)
 
 
+def _lin(a: float, b: float, lo: int, hi: int) -> float:
+    """sum_{i=lo}^{hi-1} (a + b*i)."""
+    n = hi - lo
+    return a * n + b * (lo + hi - 1) * n / 2.0 if n > 0 else 0.0
+
+
 def _sum_max_linear(a1: float, b1: float, a2: float, b2: float, k: int) -> float:
     """sum_{i=0}^{k-1} max(a1 + b1*i, a2 + b2*i), exactly."""
     if k <= 0:
         return 0.0
-
-    def lin(a: float, b: float, lo: int, hi: int) -> float:  # sum over i in [lo, hi)
-        n = hi - lo
-        return a * n + b * (lo + hi - 1) * n / 2.0 if n > 0 else 0.0
-
     if b1 == b2:
-        return lin(max(a1, a2), b1, 0, k)
+        return _lin(max(a1, a2), b1, 0, k)
     if b1 < b2:  # make f1 the steeper line
         a1, b1, a2, b2 = a2, b2, a1, b1
     # f1 - f2 grows with i; it is >= 0 from i >= x on, with x the crossover point.
     x = (a2 - a1) / (b1 - b2)   # +-inf when the slopes differ by a subnormal amount
     cut = k if x >= k else (0 if x <= 0 else math.ceil(x))
-    return lin(a2, b2, 0, cut) + lin(a1, b1, cut, k)
+    return _lin(a2, b2, 0, cut) + _lin(a1, b1, cut, k)
 
 
 class AnalyticCostModel(CostModel):
@@ -129,6 +130,7 @@ class AnalyticCostModel(CostModel):
         self.micro_batch_tokens = micro_batch_tokens
         self.adam_moments = adam_moments
         self._decode_cache: dict[tuple[ModelSpec, int], tuple[float, ...]] = {}
+        self._unit_by_id: dict[tuple[int, int], tuple[ModelSpec, tuple[float, ...]]] = {}
 
     @classmethod
     def for_experiment(cls, exp: Experiment, eff: Efficiency | None = None) -> "AnalyticCostModel":
@@ -280,7 +282,13 @@ class AnalyticCostModel(CostModel):
     def decode_time(self, model: ModelSpec, tp: int, batch: int, ctx_sum: float, steps: int) -> float:
         if batch <= 0 or steps <= 0:
             return 0.0
-        ac, bc, am, bm, fixed = self._decode_coeffs(model, tp, batch)
+        # the simulator's hot path: the (model, tp) coefficients by identity, not by the
+        # spec's field-by-field hash (the same numbers as `_decode_coeffs`)
+        hit = self._unit_by_id.get((id(model), tp))
+        if hit is None or hit[0] is not model:
+            hit = self._unit_by_id[(id(model), tp)] = (model, self._decode_unit(model, tp))
+        ac1, bc, am, bm, comm1, fixed0 = hit[1]
+        ac, fixed = ac1 * batch, comm1 * batch + fixed0
         # step i has context ctx_sum + i*batch: both terms are linear in i.
         return _sum_max_linear(ac + bc * ctx_sum, bc * batch, am + bm * ctx_sum, bm * batch,
                                steps) + fixed * steps

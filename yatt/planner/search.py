@@ -15,6 +15,9 @@ so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends 
   same time to either: partial colocate takes the layout full colocate found best (and
   searches it as a third coordinate when full colocate is not searched).
 - The best few candidates are re-simulated over `search.seeds` seeds: mean +/- spread.
+- Above 128 devices the search runs on a load-preserving slice, then takes its shortlist
+  back to full size: splits placed at full resolution with the fluid model, finalists
+  simulated where the budget allows (`search`).
 
 `exhaustive=True` simulates everything (for tests and the regret benchmark).
 """
@@ -37,9 +40,12 @@ from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
 from yatt.sim.metrics import StepStats, summarize
 from yatt.core.layout import make_plan
+from yatt.sim.fluid import FluidModel
 from yatt.sim.simulate import simulate
 
 from .space import Space, partial_splits, placement_space
+from . import idle
+from .refine import SplitRefinement, refine_split
 from .splitsearch import coordinate_descent, local_split, search_split
 from .why_pp import trainer_note
 
@@ -136,6 +142,8 @@ class SearchResult:
     seconds: float
     note: str = ""  # how the search was done, when it is not the plain direct search
     trainer_note: str = ""  # why the best plan's trainer runs a pipeline (`why_pp`)
+    refinements: tuple[SplitRefinement, ...] = ()  # full-size split placements (sliced search)
+    idle_note: str = ""  # why a side of the best plan waits (`idle`)
 
     @property
     def best(self) -> Candidate:
@@ -316,8 +324,10 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
 
     Large clusters (more than 2 x SLICE_GPUS devices, not exhaustive, not replaying) are
     searched on a slice (`slice_experiment`): same per-engine load, ~1/factor the
-    simulation cost. The slice's best placements are then scaled back up and simulated at
-    full size, so every number shown is a full-size simulation.
+    simulation cost. The slice's best placements are then taken back to full size
+    (`_FullSize`): each partial split refined at full resolution with the fluid model
+    (`yatt.sim.fluid`, `refine`), the finalists simulated at full size within
+    SIM_BUDGET_SAMPLES and priced by the fluid model beyond it; `note` says which.
 
     recorded: replay these samples' lengths (from a trace) instead of sampling the
     workload; every recorded step is simulated and the mean step time ranks.
@@ -333,24 +343,187 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         final = _reseed_many(exp, cost, short, n_seeds, progress, ev.sims, recorded)
         sims = ev.sims + sum(len(c.step_times) - 1 for c in final)
         slice_note = ""
+        origin = {c.key: c.key for c in final}
+        refinements: tuple[SplitRefinement, ...] = ()
     else:
         small = slice_experiment(exp, factor)
         found = _search_direct(small, cost, placement_space(small), False, progress, None,
                                keep=min(top, 2))
         short = _shortlist(list(found.evaluator.cache.values()), min(top, 2))
-        keys = [(c.key[0], c.key[1] * factor, *c.key[2:]) for c in short]
-        final = _simulate_many(exp, cost, keys, n_seeds, progress, found.evaluator.sims)
-        sims = found.evaluator.sims + len(keys) * n_seeds
+        full = _FullSize(exp, cost, factor, n_seeds, progress, found.evaluator.sims)
+        final, origin, refinements = full.run(short)
+        sims = found.evaluator.sims + full.sims
         c = small.cluster
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
-                      f"{small.workload.prompts_per_step} prompts), shortlist re-simulated at full size")
+                      f"{small.workload.prompts_per_step} prompts); " + full.note)
     final.sort(key=lambda c: (c.mean, c.key))
     best = final[0].key
     tried = {c.key[4:]: c.step_times[0] for c in found.evaluator.cache.values()
-             if c.key[:4] == (best[0], best[1] // factor, *best[2:4])}
+             if c.key[:4] == origin[best][:4]}
     return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
                         _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
-                        slice_note, trainer_note(exp, space, final[0].plan, tried))
+                        slice_note, trainer_note(exp, space, final[0].plan, tried), refinements,
+                        idle.idle_note(final[0].trace, cost))
+
+
+# Full-size samples a sliced search confirms with SimPy: seed-0 simulations of the final
+# candidates (then every seed) while their samples per step add up to at most this; about
+# two seconds of simulation on one core. Beyond it the fluid model's numbers stand.
+SIM_BUDGET_SAMPLES = 48_000
+
+
+class _FullSize:
+    """A sliced search's shortlist taken back to full size: splits refined with the fluid
+    model (`refine`), candidates ranked by it, then confirmed with SimPy within
+    `SIM_BUDGET_SAMPLES`. Seeds the simulation does not cover are the fluid model's, as
+    offsets from the same candidate's seed 0 (common random numbers: every candidate
+    draws the same samples per seed)."""
+
+    def __init__(self, exp: Experiment, cost: CostModel, factor: int, seeds: int,
+                 progress: Optional[Progress], done: int) -> None:
+        self.exp, self.cost, self.factor, self.seeds = exp, cost, factor, seeds
+        self.progress, self.done = progress, done
+        self.ev = _Evaluator(exp, cost)
+        self.fluid = FluidModel(cost)
+        self.steps: dict[tuple[Key, int], float] = {}
+        self.pooled: dict[int, tuple[int, int]] = {}
+        self.sims = 0
+        self.note = ""
+
+    def step(self, key: Key, seed: int = 0) -> float:
+        if (key, seed) not in self.steps:
+            st = self.fluid.step(self.ev.plan(key), self.exp.workload, seed)
+            self.steps[(key, seed)] = st.step_time
+            if self.progress:
+                self.progress(self.done + len(self.steps), "fluid model at full size")
+        return self.steps[(key, seed)]
+
+    def run(self, short: list[Candidate]
+            ) -> tuple[list[Candidate], dict[Key, Key], tuple[SplitRefinement, ...]]:
+        origin: dict[Key, Key] = {}
+        refinements = []
+        placed: set[Key] = set()
+        for c in short:
+            key = (c.key[0], c.key[1] * self.factor, *c.key[2:])
+            config = (key[0], 0, *key[2:])
+            if config in placed:  # one split per TP pair and layout: its slice's best
+                continue
+            placed.add(config)
+            if key[0] is Mode.PARTIAL:
+                rtp, gtp = key[2], key[3]
+                ref = refine_split(self.exp, lambda r, k=key: self.step((k[0], r, *k[2:])), rtp,
+                                   gtp, key[1], math.lcm(rtp, gtp) * self.factor)
+                refinements.append(ref)
+                key = (key[0], ref.best, *key[2:])
+            else:
+                self.step(key)
+            origin.setdefault(key, c.key)
+        ranked = sorted(origin, key=lambda k: (self.step(k), k))
+        keys = ranked[:2]
+        for mode in (Mode.COLOCATE, Mode.PARTIAL):
+            bm = next((k for k in ranked if k[0] is mode), None)
+            if bm is not None and bm not in keys:
+                keys.append(bm)
+        return self._confirm(keys), origin, tuple(refinements)
+
+    def _confirm(self, keys: list[Key]) -> list[Candidate]:
+        w, n = self.exp.workload, self.seeds
+        per = w.samples_per_step
+        evals = len(self.steps)
+        if len(keys) * n * per <= SIM_BUDGET_SAMPLES:
+            out = _simulate_many(self.exp, self.cost, keys, n, self.progress, self.done + evals)
+            self.sims = len(keys) * n
+            self.note = (f"splits refined at full size with the fluid model ({evals} fluid "
+                         "evaluations); finalists simulated at full size")
+            return out
+        simulate_keys = keys if len(keys) * per <= SIM_BUDGET_SAMPLES else \
+            keys[:1] if per <= SIM_BUDGET_SAMPLES else []
+        sim = {c.key: c for c in _simulate_many(self.exp, self.cost, simulate_keys, 1, self.progress,
+                                                self.done + evals)} if simulate_keys else {}
+        self.sims = len(simulate_keys)
+        pending = self._seeds_aside([(k, s) for k in keys for s in range(1, n)])
+        out = [self._candidate(k, sim.get(k), samples=i == 0) for i, k in enumerate(keys)]
+        steps, self.pooled = pending()
+        self.steps.update(steps)
+        out = [self._with_seeds(c) for c in out]
+        if not sim:
+            how = (f"finalists priced by the fluid model at full size ({per:,} samples per step: "
+                   f"a full simulation is past the planning budget of {SIM_BUDGET_SAMPLES:,})")
+        else:
+            which = "finalists" if len(sim) == len(keys) else "the fluid model's best"
+            how = f"{which} simulated at full size, seed 0"
+            if n > 1:
+                how += f"; seeds 1-{n - 1} from the fluid model, offset to seed 0's simulation"
+        self.note = (f"splits refined at full size with the fluid model ({len(self.steps)} fluid "
+                     f"evaluations); " + how)
+        return out
+
+    def _candidate(self, key: Key, sim: Optional[Candidate], samples: bool) -> Candidate:
+        """Seed 0: simulated (`sim`) or the fluid model's (its trace with the samples only
+        for the one drawn)."""
+        plan = self.ev.plan(key)
+        w = self.exp.workload
+        if sim is None:
+            trace = self.fluid.trace(plan, w, 0, samples=samples)
+            stats = summarize(trace)
+            first = SeedRun(trace.meta.extra["steps"][0]["step_time_s"], 1, *self.kept(0),
+                            stats.bubble_fraction)
+        else:
+            trace, stats, first = sim.trace, sim.stats, sim.runs[0]
+        return Candidate(key, plan, (first,), stats, trace)
+
+    def _with_seeds(self, c: Candidate) -> Candidate:
+        """Seeds 1.. from the fluid model, offset by seed 0's difference to `c`'s seed 0."""
+        first = c.runs[0]
+        shift = first.step_time - self.step(c.key, 0)
+        runs = [first]
+        for seed in range(1, self.seeds):
+            runs.append(SeedRun(self.step(c.key, seed) + shift, 1, *self.pooled[seed], first.bubble))
+        return Candidate(c.key, c.plan, tuple(runs), c.stats, c.trace)
+
+    def kept(self, seed: int) -> tuple[int, int]:
+        """Trained samples and tokens of a seed's step (the same for every placement)."""
+        pool = self.fluid.pool(self.exp.workload, seed)
+        kept = pool.kept
+        return int(kept.sum()), int((pool.prompt_tokens + pool.response_tokens)[kept].sum())
+
+    def _seeds_aside(self, jobs: list[tuple[Key, int]]) -> Callable[[], dict]:
+        """Fluid step times of (key, seed) jobs in a forked worker while this process draws
+        the finalists' traces; returns a function that collects them (serial where there is
+        one core or no fork)."""
+        jobs = [j for j in jobs if j not in self.steps]
+        if not jobs or (os.cpu_count() or 1) < 2 or "fork" not in mp.get_all_start_methods():
+            return lambda: _fluid_work(self, jobs)
+        global _ASIDE
+        _ASIDE = (self, jobs)   # the forked worker inherits it: nothing large is pickled
+        pool = mp.get_context("fork").Pool(1)
+        _ASIDE = None
+        res = pool.map_async(_fluid_steps, [0])
+
+        def collect() -> dict:
+            try:
+                return res.get()[0]
+            finally:
+                pool.close()
+                pool.join()
+        return collect
+
+
+_ASIDE: Optional[tuple["_FullSize", list]] = None   # set around a fork only
+
+
+def _fluid_work(full: "_FullSize", jobs: list[tuple[Key, int]]) -> tuple[dict, dict]:
+    """Fluid step times of (key, seed) jobs, and each seed's trained samples and tokens."""
+    return ({j: full.step(*j) for j in jobs},
+            {s: full.kept(s) for s in sorted({s for _, s in jobs})})
+
+
+def _fluid_steps(_: int) -> tuple[dict, dict]:
+    """In a forked worker: `_fluid_work` on the inherited jobs."""
+    assert _ASIDE is not None
+    full, jobs = _ASIDE
+    full.progress = None
+    return _fluid_work(full, jobs)
 
 
 Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]

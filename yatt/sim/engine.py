@@ -1,4 +1,4 @@
-"""A generation engine (rollout or GenRM) with continuous batching, as one SimPy process.
+"""A generation engine (rollout or GenRM) with continuous batching, driven by SimPy events.
 
 Why: generation dominates an RLHF step, and its time depends on how requests share the
 running batch. The engine is simulated at request-completion granularity: between two
@@ -28,10 +28,12 @@ prefill, before the engine's next steps.
 from __future__ import annotations
 
 from collections import deque
+from functools import partial
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Callable, Optional, Sequence
 
 import simpy
+from simpy.events import URGENT, Event
 
 from yatt.core import CostModel, ModelSpec
 
@@ -72,7 +74,15 @@ class GenEngine:
         self.busy: list[tuple[float, float, int]] = []  # (start, end, tokens) intervals
         self._busy_from: Optional[float] = None
         self._tokens = 0
-        self.proc = env.process(self._run())
+        self.decode = partial(cost.decode_time, model, tp)  # (batch, context sum, steps) -> s
+        self._interval: tuple[float, float, float, int, int] = (0.0, 0.0, 0.0, 1, 0)
+        self._timer: Optional[simpy.Event] = None
+        # succeeds when the engine is closed and drained (what a process's end would be)
+        self.proc = env.event()
+        init = Event(env)  # starts at once, URGENT, as a process does
+        init._ok, init._value = True, None
+        init.callbacks.append(self._start)
+        env.schedule(init, URGENT)
 
     # ---- called by routers and the step driver -------------------------------------------
     def submit(self, i: int) -> None:
@@ -91,7 +101,7 @@ class GenEngine:
             self.wake.succeed()
         elif self.decoding and self._room_for(self.waiting[0] if self.waiting else -1):
             self.decoding = False
-            self.proc.interrupt()
+            self._interrupt()
 
     def close(self) -> None:
         """No more submissions: the process ends once its queue and batch drain."""
@@ -134,58 +144,93 @@ class GenEngine:
             self.busy.append((self._busy_from, self.env.now, self._tokens))
             self._busy_from, self._tokens = None, 0
 
-    def _run(self):
-        env, cost, model, tp, heap = self.env, self.cost, self.model, self.tp, self.heap
-        while True:
-            if not heap and not self.waiting:
-                self._end_busy()
-                if self.closed:
-                    return
-                self.wake = env.event()
-                yield self.wake
-                self.wake = None
-                continue
-            if self._busy_from is None:
-                self._busy_from = env.now
-            self.debt += self._admit()  # prefill time owed by newcomers
-            B, S = len(heap), self.S
-            r = heap[0][0] - S
-            dec = cost.decode_time(model, tp, B, self.base + B * S, r)
-            owed = self.debt      # charges that arrive during the interval stay owed
-            dt = owed + max(0.0, dec - self.carry)
-            t0 = env.now
-            self.decoding = True
-            try:
-                yield env.timeout(dt)
-            except simpy.Interrupt:
-                spent = env.now - t0
-                if spent <= owed:  # still prefilling
-                    self.debt -= spent
-                    continue
-                spent = spent - owed + self.carry
-                self.debt -= owed
-                k = min(r - 1, int(r * spent / dec)) if dec > 0 else 0
-                self.carry = max(0.0, spent - dec * k / r)
-                self.S += k
-                self._tokens += k * B
-                continue
+    # The engine is a state machine driven by SimPy event callbacks, not a SimPy process:
+    # it schedules the events a process with the same yields would, in the same order and
+    # with the same priorities (an interruption is an URGENT event at `now`, as
+    # `Process.interrupt` schedules one), so runs are the same event for event, without a
+    # generator resume or an exception per interrupt.
+    def _start(self, _ev=None) -> None:
+        self._step()
+
+    def _step(self) -> None:
+        """The loop head: admit, then start the next decode interval; or wait for work."""
+        env, heap = self.env, self.heap
+        if not heap and not self.waiting:
+            self._end_busy()
+            if self.closed:
+                self.proc.succeed()
+                return
+            self.wake = ev = env.event()
+            ev.callbacks.append(self._woken)
+            return
+        if self._busy_from is None:
+            self._busy_from = env.now
+        self.debt += self._admit()  # prefill time owed by newcomers
+        B, S = len(heap), self.S
+        r = heap[0][0] - S
+        dec = self.decode(B, self.base + B * S, r)
+        owed = self.debt      # charges that arrive during the interval stay owed
+        dt = owed + max(0.0, dec - self.carry)
+        self._interval = (env.now, owed, dec, r, B)
+        self.decoding = True
+        self._timer = t = env.timeout(dt)
+        t.callbacks.append(self._ticked)
+
+    def _woken(self, _ev) -> None:
+        self.wake = None
+        self._step()
+
+    def _interrupt(self) -> None:
+        ev = Event(self.env)
+        ev._ok, ev._value = True, None
+        ev.callbacks.append(self._interrupted)
+        self.env.schedule(ev, URGENT)
+
+    def _interrupted(self, _ev) -> None:
+        """A newcomer found room mid-interval: credit the progress made, then re-plan."""
+        self._timer = None
+        t0, owed, dec, r, B = self._interval
+        spent = self.env.now - t0
+        if spent <= owed:  # still prefilling
+            self.debt -= spent
+        else:
+            spent = spent - owed + self.carry
             self.debt -= owed
-            self.decoding = False
-            self.carry = 0.0
-            self.S = S = S + r
-            self._tokens += r * B
-            done = []
-            while heap and heap[0][0] == S:
-                _, i, off = heappop(heap)
-                self.base -= off
-                self.kv_used -= self.inp[i] + self.out[i]
-                done.append(i)
-            self.outstanding -= len(done)
-            if self.on_drop is not None:
-                self.on_drop(self)
-            hold = self.on_done(self, done, env.now)
-            if hold is not None:
-                yield hold
+            k = min(r - 1, int(r * spent / dec)) if dec > 0 else 0
+            self.carry = max(0.0, spent - dec * k / r)
+            self.S += k
+            self._tokens += k * B
+        self._step()
+
+    def _ticked(self, ev) -> None:
+        """The interval ran to its end: its requests that finished leave the batch."""
+        if ev is not self._timer:  # interrupted: this interval was re-planned
+            return
+        heap = self.heap
+        _, owed, _, r, B = self._interval
+        self.debt -= owed
+        self.decoding = False
+        self.carry = 0.0
+        self.S = S = self.S + r
+        self._tokens += r * B
+        done = []
+        inp, out = self.inp, self.out
+        while heap and heap[0][0] == S:
+            _, i, off = heappop(heap)
+            self.base -= off
+            self.kv_used -= inp[i] + out[i]
+            done.append(i)
+        self.outstanding -= len(done)
+        if self.on_drop is not None:
+            self.on_drop(self)
+        hold = self.on_done(self, done, self.env.now)
+        if hold is not None:
+            hold.callbacks.append(self._held)
+        else:
+            self._step()
+
+    def _held(self, _ev) -> None:
+        self._step()
 
 
 class Router:
@@ -209,7 +254,7 @@ class Router:
     def _dropped(self, e: GenEngine) -> None:
         heappush(self.load, (e.outstanding, e.router_index))
 
-    def _dispatch(self, i: int) -> None:
+    def _dispatch(self, i: int) -> int:
         """Least-loaded engine (lowest index on ties) from a lazily-updated heap: O(log E)."""
         engines, load = self.engines, self.load
         while True:
@@ -221,21 +266,20 @@ class Router:
         self.queued += 1
         best.submit(i)
         heapreplace(load, (best.outstanding, k))
-
-    def _charge(self, before: list[int]) -> None:
-        """Each engine that one call handed requests to owes that call's overhead."""
-        for e, n in zip(self.engines, before):
-            e.charge(e.outstanding - n)
+        return k
 
     def submit(self, items: Sequence[int]) -> Optional[simpy.Event]:
         cap = self.capacity
-        before = [e.outstanding for e in self.engines]
+        handed: dict[int, int] = {}  # engine index -> requests this call handed it
         for i in items:
             if cap is not None and (self.queued >= cap or self.overflow):
                 self.overflow.append(i)
             else:
-                self._dispatch(i)
-        self._charge(before)
+                k = self._dispatch(i)
+                handed[k] = handed.get(k, 0) + 1
+        # each engine this call handed requests to owes the call's overhead (O(touched))
+        for k in sorted(handed):
+            self.engines[k].charge(handed[k])
         if self.overflow:
             ev = self.env.event()
             self.blocked.append(ev)
@@ -251,7 +295,8 @@ class Router:
         for j, i in enumerate(items):
             self.queued += 1
             engines[(start + j) % n].submit(i)
-        self._charge(before)
+        for e, n0 in zip(engines, before):  # each engine owes this one call's overhead
+            e.charge(e.outstanding - n0)
         self.load = [(e.outstanding, k) for k, e in enumerate(engines)]
         heapify(self.load)
 

@@ -16,6 +16,7 @@ keeps busy at once (CPU "devices" share cores; `contention.py`).
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -104,13 +105,11 @@ class _Run:
         model, tp = self.plan.model_for(role), pl.tp
         fn = self.cost.prefill_join_time if join else self.cost.prefill_time
         memo = self._pf_memo.setdefault((role, join), {})
-        out = []
-        for x in tokens:
-            t = memo.get(x)
-            if t is None:
-                t = memo[x] = fn(model, tp, x)
-            out.append(t)
-        return out
+        lengths, where = np.unique(np.asarray(tokens, np.int64), return_inverse=True)
+        for x in lengths.tolist():
+            if x not in memo:
+                memo[x] = fn(model, tp, x)
+        return np.array([memo[x] for x in lengths.tolist()], float)[where].tolist()
 
     # ---- the step loop ----------------------------------------------------------------------
     def all_steps(self, env: simpy.Environment, steps: int):
@@ -312,45 +311,10 @@ class _Step:
 
     # ---- switches and the trainer -----------------------------------------------------------
     def _switch(self, stage: Stage, now: float) -> float:
-        """Cost a switch stage; roles on shared devices go one after another. Returns end.
-        Every device whose role has a non-zero switch counts as busy for contention (the
-        executor starts the switches of a stage together)."""
-        plan, cost = self.plan, self.cost
-        free: dict[int, float] = {}
-        end = now
-        costs: dict[Role, float] = {}
-        for role in stage.roles:
-            if not plan.has(role):
-                continue
-            pl, model = plan.placement(role), plan.model_for(role)
-            if stage.phase is Phase.OFFLOAD:
-                costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
-            else:
-                costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
-        busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
-        k = slowdown(cost, stage.phase, busy)
-        for role, c in costs.items():
-            pl = plan.placement(role)
-            c *= k
-            t0 = self.work_end.get(role, now) if stage.early_release else now
-            t0 = max([t0] + [free[d] for d in pl.devices if d in free])
-            self.run.spans.append(SpanRecord(step=self.step, role=role, phase=stage.phase,
-                                             devices=pl.devices, start_s=t0, end_s=t0 + c,
-                                             name=f"{stage.phase.value} {role.value}"))
-            for d in pl.devices:
-                free[d] = t0 + c
-            end = max(end, t0 + c)
-        return end
+        return switch(self.plan, self.cost, stage, now, self.work_end, self.step, self.run.spans)
 
     def _weight_sync(self, now: float) -> float:
-        plan = self.plan
-        tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
-        devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
-        cross = len({plan.cluster.node_of(d) for d in devs}) > 1
-        c = self.cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
-        self.run.spans.append(SpanRecord(step=self.step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
-                                         devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
-        return now + c
+        return weight_sync(self.plan, self.cost, now, self.step, self.run.spans)
 
     def finish(self, env):
         pool, plan = self.pool, self.plan
@@ -388,14 +352,70 @@ class _Step:
         sid, pid, rnd = pool.sample_id.tolist(), pool.prompt_id.tolist(), pool.round.tolist()
         reward = pool.reward.tolist()
         has_genrm = self.run.has_genrm
-        out = self.run.samples
-        for i in range(pool.n):
-            out.append(SampleRecord(
-                step=self.step, sample_id=sid[i], prompt_id=pid[i], prompt_tokens=self.prompt[i],
-                response_tokens=self.resp[i], genrm_input_tokens=self.gin[i] if has_genrm else 0,
-                genrm_output_tokens=self.gout[i] if has_genrm else 0, reward=reward[i],
-                kept=kept[i], dp_rank=self.dp_rank[i], round=rnd[i],
-                rollout_end_s=self.rollout_end[i], genrm_end_s=self.genrm_end[i]))
+        zeros = [0] * pool.n
+        gin, gout = (self.gin, self.gout) if has_genrm else (zeros, zeros)
+        step = [self.step] * pool.n
+        # the records' fields in declaration order, built without the frozen dataclass's
+        # per-field __setattr__ (a step can hold hundreds of thousands of samples)
+        rows = zip(step, sid, pid, self.prompt, self.resp, gin, gout, reward, kept,
+                   self.dp_rank, rnd, self.rollout_end, self.genrm_end)
+        self.run.samples.extend(_records(rows))
         self.run.extra.append({
             "step": self.step, "step_time_s": t_end - self.t0, "rounds": self.rounds,
             "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance})
+
+
+def _records(rows) -> list[SampleRecord]:
+    """SampleRecords from tuples of field values (declaration order): the same objects as
+    the constructor makes, for a type without __post_init__ checks."""
+    new, put = object.__new__, object.__setattr__
+    names = tuple(f.name for f in dataclasses.fields(SampleRecord))
+    out = []
+    for row in rows:
+        r = new(SampleRecord)
+        put(r, "__dict__", dict(zip(names, row)))
+        out.append(r)
+    return out
+
+
+def switch(plan: Plan, cost: CostModel, stage: Stage, now: float, work_end: dict[Role, float],
+           step: int, spans: list) -> float:
+    """Cost a switch stage; roles on shared devices go one after another. Returns its end.
+    Every device whose role has a non-zero switch counts as busy for contention (the
+    executor starts the switches of a stage together). An early-release stage starts each
+    role at its own `work_end`."""
+    free: dict[int, float] = {}
+    end = now
+    costs: dict[Role, float] = {}
+    for role in stage.roles:
+        if not plan.has(role):
+            continue
+        pl, model = plan.placement(role), plan.model_for(role)
+        if stage.phase is Phase.OFFLOAD:
+            costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
+        else:
+            costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
+    busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
+    k = slowdown(cost, stage.phase, busy)
+    for role, c in costs.items():
+        pl = plan.placement(role)
+        c *= k
+        t0 = work_end.get(role, now) if stage.early_release else now
+        t0 = max([t0] + [free[d] for d in pl.devices if d in free])
+        spans.append(SpanRecord(step=step, role=role, phase=stage.phase, devices=pl.devices,
+                                start_s=t0, end_s=t0 + c, name=f"{stage.phase.value} {role.value}"))
+        for d in pl.devices:
+            free[d] = t0 + c
+        end = max(end, t0 + c)
+    return end
+
+
+def weight_sync(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
+    """Push the trainer's weights into the rollout engines; returns the end."""
+    tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
+    devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
+    cross = len({plan.cluster.node_of(d) for d in devs}) > 1
+    c = cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
+    spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
+                            devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
+    return now + c

@@ -1,0 +1,706 @@
+"""Fluid step model: a plan's step time at full size in tens of milliseconds, to rank.
+
+Why: the SimPy simulation is event-exact but costs seconds at thousands of devices (an
+event per finished request), too much to scan a GPU split at full resolution. This model
+keeps what decides a step's length at scale and vectorises it:
+
+- Batch dispatch (every colocate round, the first partial round) is computed per engine
+  as the simulator does it, vectorised over engines: requests in finish-step order, one
+  decode interval per distinct finish step, the prefill owed up front; an engine whose
+  requests do not all fit (max_num_seqs, KV) runs the same continuous batching in a loop.
+  Decode intervals are priced from a table of `decode_step_time` at the interval's mean
+  context (interpolated), not by `decode_time`.
+- Streamed judging (partial colocate) is mean-field, integrated on a time grid: the GenRM
+  engines share the arrivals and each holds the pool's mean batch; a request waits for a
+  slot (max_num_seqs), pays its prefill as priority work drained at the pool's rate, then
+  decodes at the step rate of the mean batch; the rollout's own clock stops while the
+  waiting requests exceed the queue capacity (the router's back-pressure).
+- Dynamic sampling resolves groups from their judgements and launches replacements in the
+  simulator's order; a replacement request decodes at the batch of the least-loaded engine.
+- The finish phases use the simulator's own switch and weight-sync arithmetic; the trainer
+  passes take a near-balanced split (snake order), not the executor's balancing, priced
+  once per trainer layout on seed 0's samples.
+
+It draws the same samples as the simulator (`step_pool`), so placements are compared on
+common random numbers. It is a ranking model: the planner confirms what it chooses with the
+SimPy simulation where that is affordable, and tests bound its error against SimPy.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from heapq import heappop, heappush
+from typing import Optional
+
+import numpy as np
+
+from yatt.core import (CostModel, Mode, Phase, Plan, RewardSource, Role, SpanRecord, Trace,
+                       Workload)
+from yatt.core.schedule import step_schedule
+
+from .contention import engine_cost
+from .pool import StepPool, step_pool
+from .simulate import switch, weight_sync
+from .trainer import Split, rank_phase, train_epochs
+
+CTX_POINTS = 48     # per-sequence contexts in a step table
+GRID = 1000         # time points of the streamed-judging integration
+HEAVY = 8           # trainer ranks priced per pass (the most loaded under the snake split)
+
+
+@dataclass(frozen=True)
+class FluidStep:
+    """One step as the fluid model sees it (seconds from the step's start)."""
+
+    step_time: float
+    rollout_end: float      # the rollout's last work (a partial step's early release)
+    genrm_end: float        # the last judgement (= rollout_end without a GenRM)
+    trainer_s: float        # finish phases: release, trainer passes, reload, weight sync
+
+
+class _StepTable:
+    """`decode_step_time(model, tp, B, ctx)` tabulated for B = 1..bmax on a geometric grid of
+    per-sequence contexts; `time(B, ctx)` interpolates (vectorised)."""
+
+    def __init__(self, cost: CostModel, model, tp: int, bmax: int, cmax: float) -> None:
+        self.bmax = max(1, bmax)
+        self.ctx = np.geomspace(1.0, max(2.0, cmax), CTX_POINTS)
+        self.tab = np.array([[cost.decode_step_time(model, tp, b, c) for c in self.ctx]
+                             for b in range(1, self.bmax + 1)])
+        self._lc = np.log(self.ctx)
+
+    def time(self, batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
+        """Step seconds at (fractional) batch `batch` >= 1 and mean context `ctx` per sequence."""
+        b = np.clip(np.asarray(batch, float), 1.0, self.bmax)
+        x = np.interp(np.log(np.maximum(np.asarray(ctx, float), 1.0)), self._lc,
+                      np.arange(CTX_POINTS, dtype=float))
+        i = np.minimum(x.astype(np.int64), CTX_POINTS - 2)
+        fx = x - i
+        lo = np.minimum(b.astype(np.int64), self.bmax) - 1
+        hi = np.minimum(lo + 1, self.bmax - 1)
+        fb = b - (lo + 1)
+        t = self.tab
+
+        def at(row: np.ndarray) -> np.ndarray:
+            return t[row, i] * (1 - fx) + t[row, i + 1] * fx
+        return at(lo) * (1 - fb) + at(hi) * fb
+
+
+class FluidModel:
+    """Fluid step times for plans of one experiment; caches step tables and the trainer's
+    finish phases across calls (they do not depend on the GPU split)."""
+
+    def __init__(self, cost: CostModel) -> None:
+        self.cost = cost
+        self._tables: dict[tuple, _StepTable] = {}
+        self._pools: dict[tuple, tuple[Workload, StepPool]] = {}
+        self._trainer: dict[tuple, float] = {}
+        self._lengths: dict[tuple, dict[int, float]] = {}
+        self._roles: dict[tuple, "_Role"] = {}
+
+    # ---- public ----------------------------------------------------------------------
+    def pool(self, workload: Workload, seed: int) -> StepPool:
+        """Step 0's samples for `seed`, as the simulator draws them (cached)."""
+        hit = self._pools.get((id(workload), seed))
+        if hit is None or hit[0] is not workload:
+            hit = self._pools[(id(workload), seed)] = (workload, step_pool(workload, 0, seed))
+        return hit[1]
+
+    def step(self, plan: Plan, workload: Workload, seed: int = 0) -> FluidStep:
+        return _FluidStep(self, plan, self.pool(workload, seed)).run()
+
+    def trace(self, plan: Plan, workload: Workload, seed: int = 0, samples: bool = True) -> Trace:
+        """The step as a Trace (meta.extra["model"] = "fluid"): engine spans from the
+        per-engine schedules where they are computed; a GenRM pool in the mean field shows
+        its occupancy (engine k busy while more than k engines' worth of requests run).
+        `samples=False`: spans only (cheaper; the samples are the pool's)."""
+        st = _FluidStep(self, plan, self.pool(workload, seed), trace=True)
+        return st.as_trace(st.run(), seed, samples)
+
+    # ---- shared pieces -----------------------------------------------------------------
+    def per_length(self, fn, model, tp: int, tokens: np.ndarray) -> np.ndarray:
+        """fn(model, tp, x) for each element, one call per distinct length (memoised)."""
+        memo = self._lengths.setdefault((fn.__name__, model.name, tp), {})
+        u, inv = np.unique(tokens, return_inverse=True)
+        vals = []
+        for x in u.tolist():
+            v = memo.get(x)
+            if v is None:
+                v = memo[x] = fn(model, tp, x)
+            vals.append(v)
+        return np.array(vals, float)[inv]
+
+    def table(self, plan: Plan, role: Role, cost: CostModel, factor: float, cmax: float) -> _StepTable:
+        """The step table of a role's engines (`cost`: their contended cost model, slower
+        by `factor`)."""
+        pl = plan.placement(role)
+        eng = plan.experiment.engine
+        bmax = eng.max_num_seqs if role is Role.ROLLOUT else eng.genrm_max_num_seqs
+        key = (factor, plan.model_for(role).name, pl.tp, bmax, round(cmax, -2))
+        tab = self._tables.get(key)
+        if tab is None:
+            tab = self._tables[key] = _StepTable(cost, plan.model_for(role), pl.tp, bmax, cmax)
+        return tab
+
+
+@dataclass
+class _Role:
+    """One generating role's engines: what a batch of requests costs on them."""
+
+    engines: int
+    tp: int
+    kv: int
+    max_seqs: int
+    inp: np.ndarray       # per pool sample: input tokens for this role
+    out: np.ndarray       # decode steps (>= 1)
+    pf: np.ndarray        # prefill on an idle engine
+    pj: np.ndarray        # prefill joining a decoding batch
+    call: object          # requests -> seconds of an engine call
+    table: _StepTable
+    rank: np.ndarray      # per pool sample: its place in (finish step, index) order
+
+
+class _FluidStep:
+    def __init__(self, fm: FluidModel, plan: Plan, pool: StepPool, trace: bool = False) -> None:
+        self.fm, self.plan, self.pool, self.cost = fm, plan, pool, fm.cost
+        self.tracing = trace
+        self.spans: list[SpanRecord] = []
+        n = pool.n
+        self.rollout_end = np.full(n, np.nan)
+        self.genrm_end = np.full(n, np.nan)
+        self.rounds = 1
+        algo = plan.experiment.algo
+        self.has_genrm = algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
+        self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
+                                   reference=algo.use_reference and plan.has(Role.REFERENCE),
+                                   old_logprobs=algo.old_logprobs)
+        self.work_end: dict[Role, float] = {}
+        g = pool.groups
+        self.group_of = np.repeat(np.arange(g), pool.group_size)
+        self.cap = int(pool.group_round.max()) if g else 0
+
+    # ---- engines -----------------------------------------------------------------------
+    def _role(self, role: Role, busy: int) -> _Role:
+        """The role's engines on this plan; per-sample arrays cached per (model, TP, pool)."""
+        plan, cost = self.plan, self.cost
+        pl, model = plan.placement(role), plan.model_for(role)
+        phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
+        ec = engine_cost(cost, phase, busy, model)
+        k = ec.factor if ec is not cost else 1.0
+        key = (role, model.name, pl.tp, k, id(self.pool))
+        hit = self.fm._roles.get(key)
+        if hit is not None:
+            return replace(hit, engines=len(pl.groups()))
+        eng = plan.experiment.engine
+        pool = self.pool
+        if role is Role.ROLLOUT:
+            inp, out = pool.prompt_tokens, pool.response_tokens
+        else:
+            inp, out = pool.genrm_in, pool.genrm_out
+        pf = k * self.fm.per_length(cost.prefill_time, model, pl.tp, inp)
+        pj = k * self.fm.per_length(cost.prefill_join_time, model, pl.tp, inp)
+
+        def call(n: int) -> float:
+            return k * cost.engine_call_time(model, n)
+        kv = int(cost.kv_capacity_tokens(model, pl.tp, eng.gpu_memory_utilization))
+        max_seqs = eng.max_num_seqs if role is Role.ROLLOUT else eng.genrm_max_num_seqs
+        cmax = float(inp.max() + out.max()) if len(inp) else 2.0
+        table = self.fm.table(plan, role, ec, k, cmax)
+        steps = np.maximum(1, out).astype(np.int64)
+        rank = np.empty(len(steps), np.int64)          # place in (finish step, index) order
+        rank[np.lexsort((np.arange(len(steps)), steps))] = np.arange(len(steps))
+        r = self.fm._roles[key] = _Role(len(pl.groups()), pl.tp, max(1, kv), max_seqs,
+                                        inp.astype(np.int64), steps, pf, pj, call, table, rank)
+        return r
+
+    def _batch(self, r: _Role, items: np.ndarray, t0: float) -> np.ndarray:
+        """Completion times of `items` handed to idle engines at t0 in one call each
+        (round robin from engine 0, as `Router.submit_all` deals them)."""
+        n = len(items)
+        done = np.empty(n)
+        if n == 0:
+            return done
+        eng = np.arange(n) % r.engines
+        counts = np.bincount(eng, minlength=r.engines)
+        need = np.bincount(eng, weights=r.inp[items] + r.out[items], minlength=r.engines)
+        loop = (counts > r.max_seqs) | ((need > r.kv) & (counts > 1))
+        fits = ~loop[eng]
+        if fits.any():
+            done[fits] = self._batch_fit(r, items[fits], eng[fits], counts, t0)
+        for e in np.flatnonzero(loop):
+            mine = np.flatnonzero(eng == e)
+            done[mine] = self._batch_loop(r, items[mine], t0)
+        return done
+
+    def _busy_spans(self, role: Role, eng: np.ndarray, start: np.ndarray, end: np.ndarray,
+                    label: str) -> None:
+        """One span per engine: from its first request's start to its last one's end."""
+        if not self.tracing or not len(eng):
+            return
+        phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
+        groups = self.plan.placement(role).groups()
+        E = len(groups)
+        lo = np.full(E, np.inf)
+        hi = np.full(E, -np.inf)
+        np.minimum.at(lo, eng, start)
+        np.maximum.at(hi, eng, end)
+        for e in np.flatnonzero(hi > lo).tolist():
+            self.spans.append(SpanRecord(step=0, role=role, phase=phase, devices=tuple(groups[e]),
+                                         start_s=float(lo[e]), end_s=float(hi[e]),
+                                         name=f"{role.value}[{e}] {label}".rstrip()))
+
+    def _batch_fit(self, r: _Role, items: np.ndarray, eng: np.ndarray, counts: np.ndarray,
+                   t0: float) -> np.ndarray:
+        """Engines whose whole batch is admitted at once: one decode interval per distinct
+        finish step, vectorised over every engine."""
+        f, inp = r.out[items], r.inp[items]
+        counts = np.bincount(eng, minlength=len(counts))     # these engines' requests only
+        # by engine, then finish step, then index: the items in (finish step, index) order,
+        # then a stable sort by engine (a radix sort for 16-bit engine numbers)
+        by_rank = np.argsort(r.rank[items])                      # distinct ranks: no ties
+        kind = np.int16 if len(counts) < 2 ** 15 else np.int64
+        order = by_rank[np.argsort(eng[by_rank].astype(kind), kind="stable")]
+        e_s, f_s, in_s = eng[order], f[order], inp[order]
+        n = len(items)
+        idx = np.arange(n)
+        start = np.zeros(len(counts), np.int64)
+        np.cumsum(counts[:-1], out=start[1:])
+        new = np.ones(n, bool)
+        new[1:] = (e_s[1:] != e_s[:-1]) | (f_s[1:] != f_s[:-1])
+        first = np.maximum.accumulate(np.where(new, idx, 0))
+        seg0 = start[e_s]
+        left = counts[e_s] - (first - seg0)                    # batch of this interval
+        has_prev = first > seg0
+        prev_f = np.where(has_prev, f_s[np.maximum(first - 1, 0)], 0)
+        steps = f_s - prev_f
+        csum = np.cumsum(in_s)
+        done_in = np.where(has_prev, csum[np.maximum(first - 1, 0)] - (csum[seg0] - in_s[seg0]), 0)
+        total_in = np.bincount(e_s, weights=in_s, minlength=len(counts))[e_s]
+        ctx = (total_in - done_in) / left + prev_f + (steps - 1) / 2.0
+        dt = np.where(new, r.table.time(left, ctx) * steps, 0.0)
+        cum = np.cumsum(dt)
+        cum -= (cum[seg0] - dt[seg0])                          # per engine from its start
+        owed = np.bincount(eng, weights=r.pf[items], minlength=len(counts))
+        calls = np.array([r.call(int(c)) if c else 0.0 for c in counts])
+        out = np.empty(n)
+        out[order] = t0 + (owed + calls)[e_s] + cum
+        return out
+
+    def _batch_loop(self, r: _Role, items: np.ndarray, t0: float) -> np.ndarray:
+        """One engine's continuous batching when its requests do not all fit at once."""
+        t = t0 + r.call(len(items))
+        waiting = list(items.tolist())[::-1]
+        heap: list[tuple[int, int, int]] = []
+        S = base = kv = 0
+        done: dict[int, float] = {}
+        while waiting or heap:
+            debt = 0.0
+            pfs = r.pj if heap else r.pf
+            while waiting and len(heap) < r.max_seqs:
+                i = waiting[-1]
+                need = int(r.inp[i] + r.out[i])
+                if heap and kv + need > r.kv:
+                    break
+                waiting.pop()
+                kv += need
+                base += int(r.inp[i]) - S
+                heappush(heap, (S + int(r.out[i]), i, int(r.inp[i]) - S))
+                debt += pfs[i]
+            B = len(heap)
+            steps = heap[0][0] - S
+            ctx = (base + B * S) / B + (steps - 1) / 2.0
+            t += debt + float(r.table.time(np.array([B]), np.array([ctx]))[0]) * steps
+            S += steps
+            while heap and heap[0][0] == S:
+                _, i, off = heappop(heap)
+                base -= off
+                kv -= int(r.inp[i] + r.out[i])
+                done[i] = t
+        return np.array([done[i] for i in items.tolist()])
+
+    def _members(self, groups: np.ndarray) -> np.ndarray:
+        p = self.pool
+        if not len(groups):
+            return np.zeros(0, np.int64)
+        size = p.group_size[groups]
+        first = np.repeat(p.group_start[groups], size)
+        offset = np.arange(int(size.sum())) - np.repeat(np.cumsum(size) - size, size)
+        return first + offset
+
+    def _resolved(self, items: np.ndarray, judged: np.ndarray) -> dict[int, float]:
+        """Group -> time its last member was judged."""
+        g = self.group_of[items]
+        out = np.full(self.pool.groups, -np.inf)
+        np.maximum.at(out, g, judged)
+        return {int(k): float(out[k]) for k in np.unique(g)}
+
+    # ---- modes -------------------------------------------------------------------------
+    def run(self) -> FluidStep:
+        gen_end = self._colocate() if self.plan.mode is Mode.COLOCATE else self._partial()
+        end = self._finish(gen_end)
+        return FluidStep(end, self.work_end.get(Role.ROLLOUT, gen_end),
+                         self.work_end.get(Role.GENRM, self.work_end.get(Role.ROLLOUT, gen_end)),
+                         end - gen_end)
+
+    def _colocate(self) -> float:
+        plan, pool = self.plan, self.pool
+        ro = self._role(Role.ROLLOUT, len(plan.placement(Role.ROLLOUT).devices))
+        gr = self._role(Role.GENRM, len(plan.placement(Role.GENRM).devices)) if self.has_genrm else None
+        now, r = 0.0, 0
+        while True:
+            items = self._members(pool.round_groups(r))
+            self.rounds = r + 1
+            for stage in self.sched.generate:
+                if stage.phase in (Phase.ROLLOUT, Phase.GENRM) and (stage.phase is Phase.ROLLOUT
+                                                                     or gr is not None):
+                    role = Role.ROLLOUT if stage.phase is Phase.ROLLOUT else Role.GENRM
+                    eng_r = ro if role is Role.ROLLOUT else gr
+                    done = self._batch(eng_r, items, now)
+                    (self.rollout_end if role is Role.ROLLOUT else self.genrm_end)[items] = done
+                    self._busy_spans(role, np.arange(len(items)) % eng_r.engines,
+                                     np.full(len(items), now), done, f"r{r}")
+                    now = float(done.max()) if len(done) else now
+                    self.work_end[role] = now
+                else:
+                    now = switch(plan, self.cost, stage, now, self.work_end, 0, self.spans)
+            r += 1
+            if not pool.round_groups(r).size:
+                return now
+            for stage in self.sched.between_rounds:
+                now = switch(plan, self.cost, stage, now, self.work_end, 0, self.spans)
+
+    def _partial(self) -> float:
+        plan, pool = self.plan, self.pool
+        busy = len(plan.placement(Role.ROLLOUT).devices)
+        if self.has_genrm:
+            busy += len(plan.placement(Role.GENRM).devices)
+        ro = self._role(Role.ROLLOUT, busy)
+        gr = self._role(Role.GENRM, busy) if self.has_genrm else None
+        items = self._members(pool.round_groups(0))
+        # rollout completion times on the rollout's own clock: it stops while the GenRM
+        # queue holds it back (`_Stream` maps it to wall time)
+        tau = self._batch(ro, items, 0.0)
+        began = np.zeros(len(items))
+        grid, least = self._least_loaded(tau, ro.engines)
+        t_elig = 0.0
+        stream = None
+        judged = np.full(len(items), np.nan)
+        by_tau = np.argsort(tau, kind="stable")    # arrival order, kept sorted across rounds
+        for rnd in range(self.cap + 1):
+            mine = pool.round[items] == rnd
+            if gr is not None:
+                # each pass judges every arrival so far; a round's own times come from the
+                # pass that first sees it (later rounds add little load to its judging)
+                stream = _Stream(gr, plan.experiment.engine.queue_capacity, items[by_tau],
+                                 tau[by_tau], mine[by_tau])
+                judged[by_tau[mine[by_tau]]] = stream.judged
+            else:
+                judged = tau
+            res = self._resolved(items[mine], judged[mine])
+            if rnd >= self.cap or not res:
+                break
+            t_elig = max(t_elig, max(res.values()))
+            drops = sorted((t, g) for g, t in res.items() if pool.group_dropped[g])
+            nxt = pool.round_groups(rnd + 1)[:len(drops)]
+            if not len(nxt):
+                break
+            # each replacement group starts when a dropped group is resolved, in that
+            # order; its requests join the least-loaded rollout engines
+            launch = np.repeat([t for t, _ in drops[:len(nxt)]], pool.group_size[nxt])
+            if stream is not None:
+                launch = stream.rollout_clock(launch)
+            new = self._members(nxt)
+            done_new = self._replacements(ro, new, launch, grid, least)
+            add = len(items) + np.argsort(done_new, kind="stable")
+            merged = np.concatenate([by_tau, add])
+            both = np.concatenate([tau, done_new])
+            by_tau = merged[np.argsort(both[merged], kind="stable")]   # two sorted runs
+            judged = np.concatenate([judged, np.full(len(new), np.nan)])
+            items = np.concatenate([items, new])
+            tau = np.concatenate([tau, done_new])
+            began = np.concatenate([began, launch])
+        wall = stream.wall(tau) if stream is not None else tau
+        self.rollout_end[items] = wall
+        if gr is not None:
+            self.genrm_end[items] = judged
+        self.rounds = int(pool.round[items].max()) + 1
+        if self.tracing:
+            start = stream.wall(began) if stream is not None else began
+            self._partial_spans(items, start, wall, stream)
+        self.work_end[Role.ROLLOUT] = max(float(wall.max()), t_elig)
+        if gr is None:
+            return self.work_end[Role.ROLLOUT]
+        self.work_end[Role.GENRM] = float(judged.max())
+        return max(self.work_end[Role.GENRM], self.work_end[Role.ROLLOUT])
+
+    def _partial_spans(self, items: np.ndarray, start: np.ndarray, wall: np.ndarray,
+                       stream: Optional["_Stream"]) -> None:
+        """Rollout: each engine busy until its dealt batch is done; a replacement request
+        runs on the engine free first. GenRM: the pool's occupancy."""
+        first = int((self.pool.round[items] == 0).sum())
+        groups = self.plan.placement(Role.ROLLOUT).groups()
+        E = len(groups)
+        eng = np.arange(first) % E
+        self._busy_spans(Role.ROLLOUT, eng, np.zeros(first), wall[:first], "")
+        free = np.zeros(E)
+        np.maximum.at(free, eng, wall[:first])
+        heap = sorted((float(free[e]), e) for e in range(E))
+        runs: dict[int, list[list[float]]] = {}     # per engine: merged busy intervals
+        for i in (first + np.argsort(start[first:], kind="stable")).tolist():
+            t_free, e = heappop(heap)
+            a, b = float(start[i]), max(float(start[i]), float(wall[i]))
+            iv = runs.setdefault(e, [])
+            if iv and a <= iv[-1][1]:
+                iv[-1][1] = max(iv[-1][1], b)
+            else:
+                iv.append([a, b])
+            heappush(heap, (max(t_free, b), e))
+        for e, iv in sorted(runs.items()):
+            for a, b in iv:
+                self.spans.append(SpanRecord(step=0, role=Role.ROLLOUT, phase=Phase.ROLLOUT,
+                                             devices=tuple(groups[e]), start_s=a, end_s=b,
+                                             name=f"rollout[{e}] replacements"))
+        if stream is None:
+            return
+        groups = self.plan.placement(Role.GENRM).groups()
+        busy = stream.busy_engines()
+        T = stream.T
+        for e in range(len(groups)):
+            on = np.concatenate([[False], busy > e, [False]]).astype(np.int8)
+            edges = np.flatnonzero(np.diff(on))
+            for lo, hi in zip(edges[0::2].tolist(), edges[1::2].tolist()):
+                self.spans.append(SpanRecord(step=0, role=Role.GENRM, phase=Phase.GENRM,
+                                             devices=tuple(groups[e]), start_s=float(T[lo]),
+                                             end_s=float(T[min(hi, len(T) - 1)]),
+                                             name=f"genrm[{e}] (pool occupancy)"))
+
+    def _replacements(self, ro: _Role, new: np.ndarray, launch: np.ndarray, grid: np.ndarray,
+                      least: np.ndarray) -> np.ndarray:
+        """When replacement requests launched at `launch` (rollout clock) finish: each joins
+        the least-loaded engine, waits while that engine's batch is full, then decodes at its
+        batch (plus itself) as the batch drains: the decode steps are the integral of the
+        step rate over time."""
+        ctx = float(np.mean(ro.inp[new] + ro.out[new] / 2.0))
+        s1 = float(ro.table.time(np.array([1.0]), np.array([ctx]))[0])
+        batch = least + 1.0
+        rate = np.where(batch > ro.max_seqs, 0.0, 1.0 / ro.table.time(batch, np.full(len(grid), ctx)))
+        steps = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
+        steps += np.arange(len(grid)) * 1e-9       # strictly increasing, for interpolation
+        start = launch + ro.pj[new] + ro.call(1)
+        # past the first batch's end an engine runs replacements only: batch one
+        at = np.interp(start, grid, steps) + np.maximum(0.0, start - grid[-1]) / s1
+        target = at + ro.out[new]
+        return np.where(target <= steps[-1], np.interp(target, steps, grid),
+                        grid[-1] + (target - steps[-1]) * s1)
+
+    @staticmethod
+    def _least_loaded(done: np.ndarray, engines: int) -> tuple[np.ndarray, np.ndarray]:
+        """Requests the least-loaded rollout engine still runs, over time, after a batch
+        dealt round robin (`done`: completion time per request, in dealing order)."""
+        eng = np.arange(len(done)) % engines
+        grid = np.linspace(0.0, float(done.max()) if len(done) else 1.0, 256)
+        at = np.minimum(np.searchsorted(grid, done, side="left"), len(grid) - 1)
+        per = np.bincount(eng * len(grid) + at, minlength=engines * len(grid))
+        per = per.reshape(engines, len(grid))
+        left = np.bincount(eng, minlength=engines)[:, None] - np.cumsum(per, axis=1)
+        return grid, left.min(axis=0)
+
+    # ---- finish ------------------------------------------------------------------------
+    def _finish(self, now: float) -> float:
+        plan, cost = self.plan, self.cost
+        spans = self.spans if self.tracing else []
+        for stage in self.sched.finish:
+            if stage.phase in (Phase.OFFLOAD, Phase.RELOAD):
+                now = switch(plan, cost, stage, now, self.work_end, 0, spans)
+            elif stage.phase is Phase.WEIGHT_SYNC:
+                now = weight_sync(plan, cost, now, 0, spans)
+            else:
+                now = self._trainer_phase(stage.phase, now)
+        return now
+
+    def _snake(self, dp: int) -> tuple[np.ndarray, np.ndarray]:
+        """Kept sequences (pool indices) and their DP rank, dealt in snake order of length:
+        near-balanced loads."""
+        pool = self.pool
+        kept = np.flatnonzero(pool.kept)
+        seq = pool.prompt_tokens + pool.response_tokens
+        order = kept[np.argsort(-seq[kept], kind="stable")]
+        pos = np.arange(len(order))
+        lap, off = pos // dp, pos % dp
+        return order, np.where(lap % 2 == 0, off, dp - 1 - off)
+
+    def _trainer_phase(self, phase: Phase, now: float) -> float:
+        """One trainer pass, timed by its slowest ranks: the `HEAVY` ranks with the most
+        tokens under the snake split (cached per layout: it does not depend on the
+        generation placement). A trace shows the pass as one span over the role's devices."""
+        plan, pool = self.plan, self.pool
+        role = Role.REFERENCE if phase is Phase.REF_LOGPROB else Role.TRAINER
+        pl = plan.placement(role)
+        key = (phase, role, pl.tp, pl.pp, pl.dp, plan.balance_cost)
+        took = self.fm._trainer.get(key)
+        if took is None:
+            seq = pool.prompt_tokens + pool.response_tokens
+            order, rank = self._snake(pl.dp)
+            loads = np.bincount(rank, weights=seq[order], minlength=pl.dp)
+            heavy = np.argsort(-loads, kind="stable")[:HEAVY]
+            bins = [order[rank == k].tolist() for k in heavy.tolist()]
+            sp = Split(bins, loads[heavy].tolist(), "snake")
+            if phase is Phase.TRAIN:
+                took = train_epochs(plan, self.cost, sp, seq, 0.0, 0, [])
+            else:
+                took = rank_phase(plan, self.cost, role, phase, bins, seq, 0.0, 0, [])
+            self.fm._trainer[key] = took
+        if self.tracing:
+            name = {Phase.TRAIN: "train", Phase.REF_LOGPROB: "ref_logprob"}.get(phase, "old_logprob")
+            self.spans.append(SpanRecord(step=0, role=role, phase=phase, devices=pl.devices,
+                                         start_s=now, end_s=now + took,
+                                         name=f"{name} (slowest rank)"))
+        return now + took
+
+    # ---- a trace -------------------------------------------------------------------------
+    def as_trace(self, st: FluidStep, seed: int, with_samples: bool = True) -> Trace:
+        from yatt.core import TraceMeta, TraceSource
+        from yatt.core.version import yatt_version
+
+        from .simulate import _records
+
+        pool, plan = self.pool, self.plan
+        n = pool.n
+        dp_rank = np.full(n, -1, np.int64)
+        order, rank = self._snake(plan.placement(Role.TRAINER).dp)
+        dp_rank[order] = rank
+        has_genrm = self.has_genrm
+
+        def opt(x: np.ndarray) -> list:
+            return [None if v != v else v for v in x.tolist()]
+        zeros = [0] * n
+        rows = zip([0] * n, pool.sample_id.tolist(), pool.prompt_id.tolist(),
+                   pool.prompt_tokens.tolist(), pool.response_tokens.tolist(),
+                   pool.genrm_in.tolist() if has_genrm else zeros,
+                   pool.genrm_out.tolist() if has_genrm else zeros, pool.reward.tolist(),
+                   pool.kept.tolist(), dp_rank.tolist(), pool.round.tolist(),
+                   opt(self.rollout_end), opt(self.genrm_end))
+        samples = _records(rows) if with_samples else []
+        c = plan.cluster
+        kept = pool.kept
+        meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed,
+                         yatt_version=yatt_version(),
+                         hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}",
+                         steps=1, extra={"cost_model": type(self.cost).__name__, "model": "fluid",
+                                         "steps": [{"step": 0, "step_time_s": st.step_time,
+                                                    "rounds": self.rounds,
+                                                    "dropped_groups": int(pool.group_dropped.sum()),
+                                                    "kept": int(kept.sum())}]})
+        return Trace(meta, tuple(samples), tuple(self.spans))
+
+
+class _Stream:
+    """Streamed judging (partial colocate) in the mean field: the GenRM engines share the
+    arrivals, each holding the pool's mean batch. Integrated on a time grid:
+
+    - arrivals come from the rollout's schedule on its own clock, which stops while the
+      requests waiting for a GenRM slot exceed the queue capacity (the router holds the
+      rollout engines back);
+    - a waiting request is admitted while the pool has a free slot (max_num_seqs per
+      engine) and owes its prefill, priority work drained at the pool's rate, first come
+      first served;
+    - after its prefill a request decodes its verdict at the step rate of the mean batch.
+
+    Per-request times are read back from the integrated curves (arrivals, admissions,
+    prefill done, decode steps), which are monotone.
+    """
+
+    def __init__(self, r: "_Role", queue_cap: int, it: np.ndarray, taus: np.ndarray,
+                 want: np.ndarray) -> None:
+        """`it`, `taus`: requests and their arrival on the rollout's clock, in arrival
+        order; `judged` holds the judgement times of those where `want`, in that order."""
+        n, E = len(it), r.engines
+        work = (r.pj[it] + r.call(1)) / E
+        S = np.cumsum(work)
+        steps = r.out[it].astype(float)
+        ctx = float(np.mean(r.inp[it] + steps / 2.0)) if n else 1.0
+        tab = r.table
+        per_b = tab.time(np.arange(1, tab.bmax + 1, dtype=float), np.full(tab.bmax, ctx))
+        slots = E * r.max_seqs
+        horizon = (float(taus[-1]) if n else 0.0) + float(S[-1] if n else 0.0) \
+            + (float(steps.max()) if n else 0.0) * float(per_b[-1]) + 1.0
+        dt = horizon / GRID
+        limit = 50 * GRID
+        # decode steps the pool can take: at most one per fastest step over the horizon,
+        # times the grid's extensions, plus the longest verdict
+        due = np.zeros(int(50 * horizon / float(per_b[0])) + int(steps.max() if n else 0) + 16)
+        top = len(due) - 1
+        # the rollout's clock only moves in whole grid steps: arrivals by each of them
+        arrived_by = np.searchsorted(taus, np.arange(limit + 1) * dt, side="right").tolist()
+        S_l = S * (1 - 1e-9)                       # prefill sums round differently in the loop
+        t = v = pd = backlog = 0.0
+        ticks = arrived = admitted = entered = 0
+        waiting = in_batch = 0
+        T, TAU, V, PD, ADM, BUSY = [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]
+        done = 0
+        while done < n and len(T) < limit:
+            # arrivals: the rollout runs unless the waiting queue is over capacity
+            if waiting < queue_cap:
+                ticks += 1
+                k = arrived_by[ticks]
+                waiting += k - arrived
+                arrived = k
+            # admissions into free slots; each owes its prefill
+            adm = min(waiting, slots - in_batch)
+            if adm > 0:
+                waiting -= adm
+                in_batch += adm
+                backlog += float(S[admitted + adm - 1] - (S[admitted - 1] if admitted else 0.0))
+                admitted += adm
+            pre = min(backlog, dt)
+            backlog -= pre
+            pd += pre
+            # requests whose prefill is done start decoding their verdicts
+            k = min(int(S_l.searchsorted(pd, side="right")), admitted)
+            if k > entered:
+                tg = v + steps[entered:k]
+                np.add.at(due, np.minimum(np.ceil(tg).astype(np.int64), top), 1.0)
+                entered = k
+            b = min(tab.bmax, max(1, int(round(in_batch / E))))
+            v_new = v + (dt - pre) / float(per_b[b - 1])
+            i0, i1 = int(v) + 1, min(int(v_new), top)
+            if i1 >= i0:
+                c = int(round(float(due[i0:i1 + 1].sum())))
+                done += c
+                in_batch -= c
+            v = v_new
+            t += dt
+            T.append(t)
+            TAU.append(ticks * dt)
+            V.append(v)
+            PD.append(pd)
+            ADM.append(float(admitted))
+            BUSY.append(float(E) if backlog > 0 else float(in_batch))
+        ramp = np.arange(len(T)) * 1e-9          # strictly increasing, for interpolation
+        self.T, self.TAU = np.array(T), np.array(TAU) + ramp
+        self._busy = np.minimum(np.ceil(np.array(BUSY)), E)
+        Vg, PDg, ADMg = np.array(V) + ramp, np.array(PD) + ramp, np.array(ADM) + ramp
+        sel = np.flatnonzero(want)
+        arrive = self.wall(taus[sel])
+        admit = np.maximum(np.interp(sel + 1.0, ADMg, self.T), arrive)
+        p_end = np.maximum(np.interp(S[sel], PDg, self.T), admit)
+        target = np.interp(p_end, self.T, Vg) + steps[sel]
+        self.judged = np.maximum(np.interp(target, Vg, self.T), p_end)
+
+    def busy_engines(self) -> np.ndarray:
+        """Engines with work at each grid time: all while prefill is owed, else one per
+        running request up to all of them."""
+        return self._busy
+
+    def wall(self, tau: np.ndarray) -> np.ndarray:
+        """Wall time at which the rollout's own clock reads `tau`."""
+        return np.interp(tau, self.TAU, self.T)
+
+    def rollout_clock(self, t: np.ndarray) -> np.ndarray:
+        """The rollout's own clock at wall time `t`."""
+        return np.interp(t, self.T, self.TAU)
+
+
+def fluid_step(plan: Plan, workload: Workload, cost: CostModel, seed: int = 0,
+               model: Optional[FluidModel] = None) -> FluidStep:
+    """The fluid model's view of one step of `plan` (a FluidModel caches across calls)."""
+    return (model or FluidModel(cost)).step(plan, workload, seed)
