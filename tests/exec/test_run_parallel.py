@@ -76,7 +76,9 @@ def partial(ray_cluster, tmp_path_factory):
 
 
 def _rows(run_dir: Path) -> list[dict[str, float]]:
-    return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(open(run_dir / "metrics.csv"))]
+    """metrics.csv's rows, numbers only (eval columns are empty on steps without eval)."""
+    return [{k: float(v) for k, v in r.items() if v != ""}
+            for r in csv.DictReader(open(run_dir / "metrics.csv"))]
 
 
 def _spans(trace, phase, step=None):

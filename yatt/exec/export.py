@@ -118,9 +118,8 @@ def _verify(trainer, hf_dir: Path, vocab: int, torch) -> dict:
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, vocab, (2, 12), generator=g)
     pos = torch.arange(ids.shape[1]).unsqueeze(0).expand_as(ids)
-    trainer.ddp.eval()
     with torch.no_grad():
-        ours = trainer._logits(ids, pos).float().cpu()[..., :vocab]
+        ours = trainer.logits(ids, pos)[..., :vocab]
         model = AutoModelForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).eval()
         theirs = model(input_ids=ids).logits.float()[..., :vocab]
     diff = float((ours - theirs).abs().max())

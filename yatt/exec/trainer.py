@@ -267,6 +267,25 @@ class MegatronTrainer(TrainerState):
                 out[i] = r
         return out
 
+    @megatron_shim.on_any_thread
+    @torch.no_grad()
+    def logits(self, ids: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        """Full-vocabulary logits [b, s, vocab] of one batch (ids and positions [b, s])
+        through the same schedule as training, gathered over TP and sent from the last PP
+        stage (collective over the replica; every rank returns them). `yatt export` checks
+        its output against them."""
+        from megatron.core import tensor_parallel
+        self.ddp.eval()
+        d = self.device
+        mb = _Micro(tuple(range(ids.shape[0])), ids.to(d), ids.to(d), pos.to(d),
+                    torch.ones(ids.shape, device=d))
+
+        def full(_mb: _Micro, out: torch.Tensor):
+            lg = tensor_parallel.gather_from_tensor_model_parallel_region(out)
+            return out.new_zeros(()), lg.float().cpu()
+
+        return self._from_last_stage(self._run([mb], full, True))[0]
+
     def set_lr(self, lr: float) -> None:
         for g in self.optimizer.param_groups:
             g["lr"] = lr
