@@ -367,13 +367,15 @@ class _Step:
 
 def _records(rows) -> list[SampleRecord]:
     """SampleRecords from tuples of field values (declaration order): the same objects as
-    the constructor makes, for a type without __post_init__ checks."""
+    the constructor makes (the type has no __post_init__ checks), without the frozen
+    dataclass's per-field checks on the hot path. Slots: one setattr per field."""
     new, put = object.__new__, object.__setattr__
     names = tuple(f.name for f in dataclasses.fields(SampleRecord))
     out = []
     for row in rows:
         r = new(SampleRecord)
-        put(r, "__dict__", dict(zip(names, row)))
+        for name, v in zip(names, row):
+            put(r, name, v)
         out.append(r)
     return out
 
