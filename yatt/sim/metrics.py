@@ -4,7 +4,9 @@ Why: works on any Trace (simulated or measured), so the same summary backs plan 
 the fidelity report and `yatt replay`.
 
 Definitions (all over the steps in the trace):
-  step_time_mean/std  wall time of each step (first span start to last span end).
+  step_time_mean/std  wall time of each step (first span start to last span end). Async
+                      traces (steps overlap) use the simulator's per-step times (from one
+                      train end to the next) over the steps after warm-up, when there are any.
   phase_time          wall extent of each phase, averaged per step (Trace.phase_times).
   phase_device_s      device-seconds spent in each phase, averaged per step.
   device_busy/idle    per device, over the whole run [first start, last end]; busy merges
@@ -44,9 +46,22 @@ class StepStats:
     balance_max_over_mean: float
 
 
+def step_times(trace: Trace) -> list[float]:
+    """The step times `summarize` averages (see the module docstring)."""
+    extra = trace.meta.extra if isinstance(trace.meta.extra, dict) else {}
+    info = extra.get("async")
+    per = extra.get("steps")
+    if isinstance(info, dict) and isinstance(per, list) and per:
+        ordered = sorted((x for x in per if isinstance(x, dict)), key=lambda x: x.get("step", 0))
+        warm = int(info.get("warmup_steps", 0)) if len(ordered) > info.get("warmup_steps", 0) else 0
+        return [float(x["step_time_s"]) for x in ordered[warm:]]
+    return list(trace.step_times().values())
+
+
 def summarize(trace: Trace) -> StepStats:
-    times = list(trace.step_times().values())
+    times = step_times(trace)
     n = len(times)
+    n_all = len(trace.steps()) or n
     mean = sum(times) / n if n else 0.0
     std = math.sqrt(sum((t - mean) ** 2 for t in times) / n) if n else 0.0
     if trace.spans:
@@ -71,7 +86,7 @@ def summarize(trace: Trace) -> StepStats:
     div = run if run > 0 else float("nan")
     return StepStats(
         steps=n, step_time_mean=mean, step_time_std=std, run_time=run,
-        phase_time=trace.phase_times(), phase_device_s={p: v / max(1, n) for p, v in dev_s.items()},
+        phase_time=trace.phase_times(), phase_device_s={p: v / max(1, n_all) for p, v in dev_s.items()},
         device_busy=busy_all, device_idle=idle,
         bubble_fraction=(sum(idle.values()) / (len(idle) * run)) if run > 0 and idle else 0.0,
         tokens_per_s=trained_tok / div, generated_tokens_per_s=gen_tok / div,
