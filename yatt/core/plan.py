@@ -24,8 +24,9 @@ from .specs import AlgoSpec, CheckpointSpec, ClusterSpec, EngineSpec, ModelSpec,
 class SearchSpec:
     """What the planner may choose from."""
 
-    modes: tuple[Mode, ...] = spec_field((Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC),
-                                         help="placement modes to search")
+    modes: tuple[Mode, ...] = spec_field((Mode.COLOCATE, Mode.PARTIAL),
+                                         help="placement modes to search (async: list it, as "
+                                              "the bundled default.yaml does)")
     tp_choices: tuple[int, ...] = spec_field((1, 2, 4, 8), help="TP sizes tried for each role")
     engine_tp_choices: tuple[int, ...] = spec_field((), help="TP sizes for rollout/GenRM engines "
                                                             "(empty: tp_choices)")
