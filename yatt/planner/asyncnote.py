@@ -14,6 +14,7 @@ from typing import Optional
 from yatt.core.roles import Mode, Phase, Role
 from yatt.core.trace import Trace
 
+from .assess import GENERATION, step_parts
 from .explain import why_winner
 
 
@@ -30,6 +31,8 @@ class AsyncFacts:
     sync_s: float             # one weight push (charged on each side per step)
     stale_k: float            # fraction of trained response tokens k versions old
     mean_lag: float           # mean versions of lag per trained response token
+    gen_s: float              # per step: generation (rollout and judging) on its devices
+    train_s: float            # per step: the trainer's work (log-probs, train, sync send)
 
 
 def _busy(trace: Trace, devices: set[int], lo: float, hi: float) -> float:
@@ -87,7 +90,9 @@ def async_facts(trace: Trace) -> Optional[AsyncFacts]:
                       sum(x["train_waiting_s"] for x in steady) / n,
                       sum(x["gen_blocked_s"] for x in steady) / n,
                       sum(sends) / len(sends) if sends else 0.0,
-                      stale / tok if tok else 0.0, lag_tok / tok if tok else 0.0)
+                      stale / tok if tok else 0.0, lag_tok / tok if tok else 0.0,
+                      sum(x["gen_end_s"] - x["gen_start_s"] for x in steady) / n,
+                      sum(x["train_end_s"] - x["train_start_s"] for x in steady) / n)
 
 
 def async_verdict(best_async, best_sync) -> str:
@@ -100,7 +105,11 @@ def async_verdict(best_async, best_sync) -> str:
         return ""
     plan = best_async.plan
     label = plan.describe().split(" ", 1)[1]
-    facts = (f"seed 0: steady state {f.steady_s:.1f} s/step after a {f.warmup_s:.1f} s warm-up step; "
+    r = len({d for role in (Role.ROLLOUT, Role.GENRM) if plan.has(role)
+             for d in plan.placement(role).devices})
+    t = len(plan.placement(Role.TRAINER).devices)
+    facts = (f"seed 0: generation {f.gen_s:.1f} s on {r} devices overlaps training "
+             f"{f.train_s:.1f} s on {t}; steady state {f.steady_s:.1f} s/step after a {f.warmup_s:.1f} s warm-up step; "
              f"trainer devices idle {f.trainer_idle * 100:.0f}%, generator devices idle "
              f"{f.generator_idle * 100:.0f}%; ")
     if f.trainer_waiting_s >= f.blocked_s:
@@ -116,6 +125,12 @@ def async_verdict(best_async, best_sync) -> str:
         return f"async {label}: {facts}."
     a, s = best_async.mean, best_sync.mean
     other = f"the best {best_sync.plan.mode.value}, {best_sync.plan.describe().split(' ', 1)[1]}"
+    if best_sync.trace is not None:
+        parts = step_parts(best_sync.trace)
+        gen = parts[GENERATION]
+        rest = sum(v for k, v in parts.items() if k != GENERATION)
+        other += (f", which runs generation {gen:.1f} s and the rest {rest:.1f} s (training, "
+                  "log-probs, switches, sync) one after the other")
     if a < s:
         head = (f"async wins by {(s - a) / s * 100:.1f}% ({a:.1f} s vs {s:.1f} s per step for "
                 f"{other}) at {label}, off-policy by up to {f.k}")
