@@ -58,14 +58,14 @@ def peak_memory(plan: Plan) -> tuple[float, float]:
     if plan.mode is Mode.ASYNC:
         # the trainer and the reference stay resident together on their own devices; the
         # GenRM on the rollout's devices switches with it (one resident at a time)
-        per_dev: dict[int, float] = {}
+        held: dict[int, float] = {}
         for p in plan.placements:
             for d in p.devices:
                 if p.role in (Role.TRAINER, Role.REFERENCE):
-                    per_dev[d] = per_dev.get(d, 0.0) + need[p.role]
+                    held[d] = held.get(d, 0.0) + need[p.role]
                 else:
-                    per_dev[d] = max(per_dev.get(d, 0.0), need[p.role])
-        return max(per_dev.values()), gpu.hbm_bytes
+                    held[d] = max(held.get(d, 0.0), need[p.role])
+        return max(held.values()), gpu.hbm_bytes
     if plan.release is ReleasePolicy.RESIDENT:
         per_dev: dict[int, float] = {}
         for p in plan.placements:
