@@ -161,3 +161,13 @@ def test_async_plan_refuses_shared_trainer_devices():
         Plan(Mode.ASYNC, (RolePlacement(Role.ROLLOUT, (0, 1, 2, 3)),
                           RolePlacement(Role.TRAINER, tuple(range(8))),
                           RolePlacement(Role.REFERENCE, tuple(range(8)))), exp)
+
+
+def test_async_plan_round_trips_through_yaml(tmp_path):
+    from yatt.core.config import dump_yaml, load_plan
+
+    w = workload(8, 4)
+    plan = _plan(_exp(w, "own"), "own", 2)
+    dump_yaml(plan, tmp_path / "plan.yaml")
+    back = load_plan(tmp_path / "plan.yaml")
+    assert back == plan and back.max_staleness == 2 and not back.genrm_shares_rollout

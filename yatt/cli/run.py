@@ -188,6 +188,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise e.within(file=str(src)) from None
         console.print(describe_choice(result))
         plan = result.best.plan
+    check_runnable(plan, args.steps)   # before the executor's imports: the light install too
     try:
         from yatt.exec.runner import run_plan
         from yatt.exec.supervisor import RunAborted
