@@ -171,3 +171,17 @@ def test_async_plan_round_trips_through_yaml(tmp_path):
     dump_yaml(plan, tmp_path / "plan.yaml")
     back = load_plan(tmp_path / "plan.yaml")
     assert back == plan and back.max_staleness == 2 and not back.genrm_shares_rollout
+
+
+def test_summary_covers_the_steady_window():
+    """Device and throughput figures of an async trace cover the steps its step time
+    averages: from the warm-up's train end to the last train end."""
+    w = workload(16, 4)
+    tr = simulate(_plan(_exp(w, "none"), "none", 1), w, COST, 0, steps=4)
+    per = {x["step"]: x for x in tr.meta.extra["steps"]}
+    st = summarize(tr)
+    assert st.steps == 3
+    assert st.run_time == pytest.approx(per[3]["train_end_s"] - per[0]["train_end_s"])
+    assert st.samples_kept == sum(1 for s in tr.samples if s.kept and s.step >= 1)
+    assert all(0 <= b <= st.run_time + 1e-9 for b in st.device_busy.values())
+    assert 0 <= st.bubble_fraction < 1

@@ -13,6 +13,7 @@ from typing import Optional
 
 from yatt.core.roles import Mode, Phase, Role
 from yatt.core.trace import Trace
+from yatt.sim.metrics import busy_within
 
 from .assess import GENERATION, step_parts
 from .explain import why_winner
@@ -35,26 +36,6 @@ class AsyncFacts:
     train_s: float            # per step: the trainer's work (log-probs, train, sync send)
 
 
-def _busy(trace: Trace, devices: set[int], lo: float, hi: float) -> float:
-    """Device-seconds of `devices` busy within [lo, hi] (overlaps on a device merged)."""
-    per: dict[int, list[tuple[float, float]]] = {}
-    for s in trace.spans:
-        a, b = max(lo, s.start_s), min(hi, s.end_s)
-        if b <= a:
-            continue
-        for d in s.devices:
-            if d in devices:
-                per.setdefault(d, []).append((a, b))
-    total = 0.0
-    for ivs in per.values():
-        end = float("-inf")
-        for a, b in sorted(ivs):
-            if b > end:
-                total += b - max(a, end)
-                end = b
-    return total
-
-
 def async_facts(trace: Trace) -> Optional[AsyncFacts]:
     """The facts of an async trace (None for another mode or a trace without them)."""
     plan = trace.meta.plan
@@ -71,8 +52,9 @@ def async_facts(trace: Trace) -> Optional[AsyncFacts]:
     train_devs = set(plan.placement(Role.TRAINER).devices)
     gen_devs = {d for r in (Role.ROLLOUT, Role.GENRM) if plan.has(r)
                 for d in plan.placement(r).devices}
-    t_idle = 1 - _busy(trace, train_devs, lo, hi) / (len(train_devs) * span)
-    g_idle = 1 - _busy(trace, gen_devs, lo, hi) / (len(gen_devs) * span)
+    busy = busy_within(trace, lo, hi)
+    t_idle = 1 - sum(busy.get(d, 0.0) for d in train_devs) / (len(train_devs) * span)
+    g_idle = 1 - sum(busy.get(d, 0.0) for d in gen_devs) / (len(gen_devs) * span)
     sends = [s.duration for s in trace.spans
              if s.phase is Phase.WEIGHT_SYNC and s.role is Role.TRAINER]
     first = steady[0]["step"]

@@ -47,7 +47,7 @@ from yatt.core.specs import Workload
 from yatt.core.roles import Mode
 from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
-from yatt.sim.metrics import StepStats, summarize
+from yatt.sim.metrics import StepStats, steady_window, summarize
 from yatt.core.layout import make_plan
 from yatt.sim.fluid import FluidModel
 from yatt.sim.simulate import simulate
@@ -90,11 +90,12 @@ class SeedRun:
 
     @staticmethod
     def of(trace: Trace, stats: StepStats) -> "SeedRun":
-        # the steps `stats` times (async: after the warm-up), so throughputs match them
-        first = trace.meta.steps - stats.steps
-        kept = [s for s in trace.samples if s.kept and s.step >= first]
-        tokens = sum(s.prompt_tokens + s.response_tokens for s in kept)
-        return SeedRun(stats.step_time_mean, stats.steps, len(kept), tokens,
+        # the steps `stats` covers (async: its steady state, after the warm-up)
+        window = steady_window(trace)
+        first = window[2] if window else 0
+        tokens = sum(s.prompt_tokens + s.response_tokens for s in trace.samples
+                     if s.kept and s.step >= first)
+        return SeedRun(stats.step_time_mean, stats.steps, stats.samples_kept, tokens,
                        stats.bubble_fraction)
 
 
