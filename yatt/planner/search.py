@@ -19,8 +19,8 @@ so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends 
   back to full size: splits placed at full resolution with the fluid model, finalists
   simulated where the budget allows (`search`).
 - Async (generators and trainer on disjoint devices, steps overlapped): each candidate is
-  simulated over `async_steps(k)` steps and ranked by its steady state (the steps after
-  the warm-up fill). The split between generator and trainer devices gets the guarded
+  simulated over `async_steps` of the largest k searched and ranked by its steady state
+  (the steps after the warm-up fill). The split between generator and trainer devices gets the guarded
   ternary search at the first staleness bound k and the best TPs of the other modes; the
   other rollout TPs and k values hill-climb from that split's fraction, so async adds a
   bounded number of simulations. With a GenRM on its own devices the rollout keeps the
@@ -71,10 +71,14 @@ def async_steps(k: int) -> int:
 
 def sim_steps(plan: Plan, recorded: Optional[Sequence[SampleRecord]] = None) -> int:
     """Steps one simulation of `plan` runs: every recorded step when replaying a trace,
-    `async_steps` for an async plan, else one."""
+    one for colocate and partial; for async, `async_steps` of the largest k it or its
+    experiment's `search.staleness_choices` name, so every async candidate of a search
+    averages the same steps (common random numbers)."""
     if recorded:
         return len({s.step for s in recorded})
-    return async_steps(plan.max_staleness) if plan.mode is Mode.ASYNC else 1
+    if plan.mode is not Mode.ASYNC:
+        return 1
+    return async_steps(max((plan.max_staleness,) + plan.experiment.search.staleness_choices))
 Progress = Callable[[int, str], None]
 
 
