@@ -288,9 +288,10 @@ def async_splits(exp: Experiment, rollout_tp: int, genrm_tp: int, layout: Layout
             continue
         if own:
             assert rollout_share is not None
-            r = max(rollout_tp, int(round(d * rollout_share / rollout_tp)) * rollout_tp)
+            unit = math.lcm(rollout_tp, genrm_tp)  # whole engines; the GenRM's groups aligned
+            r = max(unit, int(round(d * rollout_share / unit)) * unit)
             g = d - r
-            if g < genrm_tp or g % genrm_tp or r % genrm_tp:
+            if g < genrm_tp or g % genrm_tp:
                 continue
         else:
             r, g = d, 0
