@@ -122,3 +122,12 @@ def test_one_step_off_policy_case_on_8_a100_explains_its_verdict():
     assert set(a.placement(Role.ROLLOUT).devices).isdisjoint(a.placement(Role.TRAINER).devices)
     summary = res.summary()
     assert summary["why"] == why
+
+
+def test_sliced_search_leaves_async_out_and_says_so():
+    exp = _exp(gpus=256, genrm="Qwen2.5-7B")
+    exp = dataclasses.replace(exp, workload=dataclasses.replace(exp.workload, prompts_per_step=64),
+                              search=dataclasses.replace(exp.search, tp_choices=(2,)))
+    res = search(exp, AnalyticCostModel.for_experiment(exp), top=1, seeds=1)
+    assert res.best_of(Mode.ASYNC) is None
+    assert "async not searched" in res.note

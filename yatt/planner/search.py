@@ -466,6 +466,9 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         c = small.cluster
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
                       f"{small.workload.prompts_per_step} prompts); " + full.note)
+        if Mode.ASYNC in exp.search.modes:
+            slice_note += ("; async not searched (the fluid model that places splits at full "
+                           "size prices synchronous steps only)")
     final.sort(key=lambda c: (c.mean, c.key))
     best = final[0].key
     tried = {c.key[4:6]: c.step_times[0] for c in found.evaluator.cache.values()
