@@ -52,3 +52,24 @@ def demo_plan_file(tmp_path):
     p = tmp_path / "plan.yaml"
     dump_yaml(make_plan(exp, Mode.COLOCATE), p)
     return p
+
+
+def test_async_plan_is_refused_in_one_line(tmp_path, capsys):
+    """An async plan is planned and simulated, not executed: `yatt run` names the field
+    and what runs, before the executor is imported, and writes nothing."""
+    from yatt.core.bundled import bundled
+    from yatt.core.config import dump_yaml, load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.core.roles import Mode
+
+    exp = load_experiment(bundled("async-1.5b-a100x8.yaml"))
+    plan = tmp_path / "plan.yaml"
+    dump_yaml(make_plan(exp, Mode.ASYNC, rollout_devices=4, max_staleness=2), plan)
+    out = tmp_path / "run"
+    assert main(["run", str(plan), "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "mode:" in err[0] and "allowed: colocate|partial" in err[0]
+    assert not out.exists()
+    assert main(["run", "--mode", "async", "--out", str(out), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--mode" in err[0] and "allowed: colocate|partial" in err[0]

@@ -58,7 +58,7 @@ def test_pipelined_trainer_lays_out_like_the_search():
 
     exp70 = load_experiment(ROOT / "configs/llama70b-h100x16.yaml")
     ev = _Evaluator(exp70, AnalyticCostModel.for_experiment(exp70))
-    key = (Mode.COLOCATE, 0, 4, 1, 4, 4)
+    key = (Mode.COLOCATE, 0, 4, 1, 4, 4, 0, 0)
     plan = ev.plan(key)
     assert plan.placement(Role.REFERENCE).pp == 4
     text = placement_text(plan)

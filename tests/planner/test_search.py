@@ -98,10 +98,10 @@ def test_reference_tp_follows_engine_tp_choices():
     cost = AnalyticCostModel.for_experiment(exp)
     exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
     ev = _Evaluator(exp, cost)
-    plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2, 1))
+    plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2, 1, 0, 0))
     assert plan.placement(Role.TRAINER).tp == 2 and plan.placement(Role.REFERENCE).tp == 1
     exp2 = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1, 2)))
-    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2, 1)).placement(Role.REFERENCE).tp == 2
+    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2, 1, 0, 0)).placement(Role.REFERENCE).tp == 2
 
 
 def test_local_split_simulates_its_only_split():

@@ -23,7 +23,8 @@ from yatt.core.safeio import atomic_write
 from yatt.core.roles import Mode, Role
 from yatt.planner.breakdown import role_facts
 from yatt.planner.costmodel import AnalyticCostModel
-from yatt.planner.explain import dp_text, peak_memory, why_winner
+from yatt.planner.asyncnote import mode_verdicts
+from yatt.planner.explain import dp_text, peak_memory
 from yatt.planner.advice import PlanResult
 from yatt.planner.emit import Framework
 from yatt.planner.ranking import write_csv
@@ -97,14 +98,14 @@ def ranked_table(result: SearchResult, top: int) -> Table:
         t.add_column(col, justify="left" if col in ("mode", "rollout", "GenRM", "trainer") else "right")
     rows = list(enumerate(result.ranked, 1))[:top]
     extra = []
-    for mode in (Mode.COLOCATE, Mode.PARTIAL):  # always show the best of each mode
+    for mode in Mode:  # always show the best of each mode
         if not any(c.plan.mode is mode for _, c in rows):
             extra += [(i, c) for i, c in enumerate(result.ranked, 1) if c.plan.mode is mode][:1]
     marked = {i for i, _ in extra}
     for i, c in rows + extra:
         peak, cap = peak_memory(c.plan)
         mark = "*" if i in marked else ""
-        t.add_row(f"{i}{mark}", c.plan.mode.value, dp_text(c.plan, Role.ROLLOUT),
+        t.add_row(f"{i}{mark}", mode_text(c.plan), dp_text(c.plan, Role.ROLLOUT),
                   dp_text(c.plan, Role.GENRM), dp_text(c.plan, Role.TRAINER),
                   f"{c.mean:.1f}±{c.spread:.1f}", f"{c.samples_per_s:.2f}", f"{c.tokens_per_s:,.0f}",
                   f"{(1 - c.bubble) * 100:.0f}", f"{c.bubble * 100:.0f}", f"{_gb(peak)}/{_gb(cap)}")
@@ -118,19 +119,15 @@ def ranked_table(result: SearchResult, top: int) -> Table:
 
 
 def explanation(result: SearchResult) -> str:
-    best = result.best
-    other_mode = Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL
-    other = result.best_of(other_mode)
-    lines = []
-    if other is not None:
-        lines.append(why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble))
+    lines = mode_verdicts(result)
     for r in result.split_reports:
-        how = {"local": "hill-climb from the previous optimum",
-               "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
-               "ternary": "ternary search; unimodal on the coarse grid",
-               "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
+        if r.mode is Mode.ASYNC:
+            lines.append(f"async split search R tp{r.rollout_tp}, k{r.staleness}: {r.evaluated} of "
+                         f"{r.splits} generator/trainer splits simulated "
+                         f"({_how(r)}); best R{r.best_rollout_devices} T{r.trainer_devices}")
+            continue
         lines.append(f"split search R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of {r.splits} "
-                     f"splits simulated ({how}); best R{r.best_rollout_devices}")
+                     f"splits simulated ({_how(r)}); best R{r.best_rollout_devices}")
     for r in result.refinements:
         lines.append(f"split at full size R tp{r.rollout_tp} / G tp{r.genrm_tp}: {r.evaluated} of "
                      f"{r.splits} splits priced by the fluid model, from the slice's R{r.start}; "
@@ -142,6 +139,18 @@ def explanation(result: SearchResult) -> str:
     lines.append(f"searched {result.space_size} placements with {result.simulations} simulations "
                  f"in {result.seconds:.1f} s" + (f"; {result.note}" if result.note else ""))
     return "\n".join(lines)
+
+
+def mode_text(plan) -> str:
+    """The mode column: async carries its max_staleness."""
+    return plan.mode.value + (f" k{plan.max_staleness}" if plan.mode is Mode.ASYNC else "")
+
+
+def _how(r) -> str:
+    return {"local": "hill-climb from the previous optimum",
+            "exhaustive": "all splits" + ("" if r.unimodal else "; NOT unimodal"),
+            "ternary": "ternary search; unimodal on the coarse grid",
+            "scan": "NOT unimodal on the coarse grid: bounded scan"}.get(r.method, r.method)
 
 
 def write_outputs(out: Path, result: PlanResult) -> list[Path]:

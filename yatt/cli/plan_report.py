@@ -56,10 +56,10 @@ def cost_table(result: PlanResult) -> Table:
     for col in cols:
         t.add_column(col, justify="left" if col in ("", "placement") else "right")
     best = result.best
-    other = result.search.best_of(Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL)
-    rows: list[tuple[str, Optional[Candidate]]] = [
-        ("best", best), (f"best {other.plan.mode.value}" if other else "", other),
-        ("yours", result.given)]
+    others = [result.search.best_of(m) for m in Mode if m is not best.plan.mode]
+    rows: list[tuple[str, Optional[Candidate]]] = [("best", best)]
+    rows += [(f"best {o.plan.mode.value}", o) for o in others if o is not None]
+    rows.append(("yours", result.given))
     for label, c in rows:
         if c is None:
             continue

@@ -19,7 +19,7 @@ from yatt.core.errors import InputError, clean
 from yatt.core.limits import MAX_STEPS
 from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
-from yatt.core.runnable import check_runnable
+from yatt.core.runnable import EXECUTED_MODES, check_runnable
 
 from .common import (check_fault_env, check_out_dir, config_or_bundled, cost_model_line, needs_exec,
                      phase_table, profile_arg, shown)
@@ -28,10 +28,11 @@ from .common import (check_fault_env, check_out_dir, config_or_bundled, cost_mod
 def _mode(text: Optional[str]) -> Optional[Mode]:
     if text is None:
         return None
-    try:
-        return Mode(text)
-    except ValueError:
-        raise InputError(f"got {text!r}; allowed: colocate|partial", field="--mode") from None
+    mode = next((m for m in EXECUTED_MODES if m.value == text), None)
+    if mode is None:
+        raise InputError(f"got {text!r}; allowed: " + "|".join(m.value for m in EXECUTED_MODES),
+                         field="--mode")
+    return mode
 
 
 def fidelity_report(console: Console, trace, cost) -> None:
@@ -187,6 +188,7 @@ def run_command(args: argparse.Namespace) -> int:
             raise e.within(file=str(src)) from None
         console.print(describe_choice(result))
         plan = result.best.plan
+    check_runnable(plan, args.steps)   # before the executor's imports: the light install too
     try:
         from yatt.exec.runner import run_plan
         from yatt.exec.supervisor import RunAborted

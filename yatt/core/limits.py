@@ -26,6 +26,7 @@ MAX_SAMPLES_PER_PROMPT = 65_536     # a GRPO group (real: 4-64)
 MAX_TOKENS = 1 << 24          # tokens of one prompt or response (16.8M; longest contexts ~10^6)
 MAX_RESAMPLE_ROUNDS = 100     # dynamic-sampling rounds per step (real: 1-10)
 MAX_SEEDS = 100               # seeded simulations per candidate (real: 1-5)
+MAX_STALENESS = 8             # async steps of weight lag (real: 1-2); each adds simulated steps
 MAX_LIST = 64                 # entries of a choice list: tp/pp_choices, --gpus, at_steps, modes
 MAX_TOP = 100                 # `yatt plan --top` rows (each is re-simulated over every seed)
 MAX_STEPS = 10_000_000        # RL steps of a run or a trace
@@ -52,6 +53,8 @@ LIMITS: tuple[tuple[str, str, str], ...] = (
      f"{MAX_TOKENS:,}", "longest contexts: ~10^6"),
     ("`workload.max_resample_rounds`", f"{MAX_RESAMPLE_ROUNDS}", "real: 1-10"),
     ("`search.seeds`, plan `predicted.seeds`", f"{MAX_SEEDS}", "real: 1-5"),
+    ("`plan.max_staleness`, `search.staleness_choices`", f"{MAX_STALENESS}",
+     "real: 1-2; each adds a simulated step per async candidate"),
     ("entries of a list that multiplies work (`search.modes`, `search.tp_choices`, "
      "`search.engine_tp_choices`, `search.pp_choices`, `--gpus`); `checkpoint.keep_last`",
      f"{MAX_LIST}", ""),

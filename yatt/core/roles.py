@@ -31,6 +31,8 @@ class Phase(str, Enum):
 class Mode(str, Enum):
     COLOCATE = "colocate"  # rollout -> genrm -> train in sequence, each on all devices
     PARTIAL = "partial"    # rollout and genrm on disjoint devices, streaming; train on all
+    ASYNC = "async"        # generators and trainer on disjoint devices, steps overlapped
+                           # (off-policy by at most Plan.max_staleness weight versions)
 
 
 class BalancePolicy(str, Enum):

@@ -11,7 +11,8 @@ inside one node), never pipelined; the reference worker one per TP group (an HF 
 on the group's first device), never pipelined; the Megatron trainer at any TP x PP x DP
 whose PP divides the layers (the Plan checks that) and whose TP divides the KV heads and
 the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only) and,
-at more than one mini-batch, recomputed old log-probs.
+at more than one mini-batch, recomputed old log-probs. Async plans (`mode: async`) are
+planned and simulated only: the executor walks colocate and partial steps.
 """
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ from typing import Optional
 
 from .errors import InputError
 from .plan import Plan, SearchSpec
-from .roles import Role
+from .roles import Mode, Role
 from .specs import AdamMoments, ModelSpec, OldLogprobs
 
 # Engine TP sizes the executor runs; None: every size the model and a node allow.
@@ -31,11 +32,15 @@ ENGINE_PP_CHOICES: tuple[int, ...] = (1,)
 TRAINER_PP_CHOICES: Optional[tuple[int, ...]] = None
 
 _INFERENCE = (Role.ROLLOUT, Role.GENRM, Role.REFERENCE)
+# Placement modes the executor walks.
+EXECUTED_MODES: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
 
 
 def executor_search(search: SearchSpec) -> SearchSpec:
     """`search` narrowed to the placements the executor runs."""
-    changes = {}
+    changes: dict = {}
+    if any(m not in EXECUTED_MODES for m in search.modes):
+        changes["modes"] = tuple(m for m in search.modes if m in EXECUTED_MODES) or EXECUTED_MODES
     if ENGINE_TP_CHOICES is not None:
         changes["engine_tp_choices"] = (tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES)
                                         or ENGINE_TP_CHOICES)
@@ -62,6 +67,9 @@ def check_runnable(plan: Plan, steps: int) -> None:
     """Raise `InputError` (one line, naming the field) for a plan the executor can't run."""
     if steps < 1:
         raise InputError(f"got {steps}; allowed: >= 1", field="steps")
+    if plan.mode not in EXECUTED_MODES:
+        raise InputError(f"{plan.mode.value} plans are simulated but not executed; allowed: "
+                         + "|".join(m.value for m in EXECUTED_MODES), field="mode")
     wl = plan.experiment.workload
     algo = plan.experiment.algo
     if algo.adam_moments is not AdamMoments.FP32:

@@ -61,6 +61,9 @@ class SampleRecord:
     round: int = spec_field(0, ge=0, le=MAX_RESAMPLE_ROUNDS, help="dynamic-sampling round that produced it")
     rollout_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
     genrm_end_s: Optional[float] = spec_field(None, ge=0, le=MAX_SECONDS)
+    policy_version: int = spec_field(-1, ge=-1, le=MAX_STEPS,
+                                     help="weight version (train steps applied) that generated "
+                                          "it; -1 when not recorded")
 
 
 @dataclass(frozen=True, slots=True)

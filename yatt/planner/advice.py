@@ -21,7 +21,7 @@ from yatt.core.trace import Trace
 from .assess import gap_text, score_plan, with_prediction
 from .costs import Pricing, cost_view
 from .emit import Emission, Framework, emit, parse_framework
-from .explain import why_winner
+from .asyncnote import mode_verdicts
 from .placement_text import placement_text
 from .ranking import device_ranges, ranking_rows
 from .search import Candidate, Progress, SearchResult, search
@@ -115,12 +115,8 @@ class PlanResult:
         return None if self.given is None else with_prediction(self.given, self.cost_label)
 
     def why(self) -> Optional[str]:
-        """Why the best beats the best of the other mode (None with one mode)."""
-        best = self.best
-        other = self.search.best_of(Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL)
-        if other is None:
-            return None
-        return why_winner(best, other, best.trace, other.trace, best.bubble, other.bubble)
+        """Why the best beats the best of the other modes (None with one mode)."""
+        return " ".join(mode_verdicts(self.search)) or None
 
     def gap(self) -> Optional[str]:
         """How the given placement compares with the best, and why (None without one)."""
@@ -130,8 +126,9 @@ class PlanResult:
         """The best placement as `framework`'s settings (verl, openrlhf or nemo-rl); when the
         framework cannot express it, its nearest layout, simulated (`yatt.planner.emit`)."""
         fw = framework if isinstance(framework, Framework) else parse_framework(framework)
+        sync = next((c for c in self.search.ranked if c.plan.mode is not Mode.ASYNC), None)
         return emit(fw, self.best, self.cost, len(self.best.step_times), progress,
-                    self.search.best_of(Mode.COLOCATE))
+                    self.search.best_of(Mode.COLOCATE), sync)
 
     def summary(self) -> dict[str, Any]:
         """Everything a script needs, as plain JSON-able data (`yatt plan --json`)."""
@@ -203,7 +200,7 @@ def scaling(exp: Experiment, sizes: Sequence[int], cost_for: CostFor,
         finally:
             if done:
                 done()
-        for mode in (Mode.COLOCATE, Mode.PARTIAL):
+        for mode in Mode:
             c = r.best_of(mode)
             if c is not None:
                 rows.append(ScalingRow(g, mode, c))

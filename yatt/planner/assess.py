@@ -23,25 +23,30 @@ from yatt.sim.simulate import simulate
 
 from .explain import role_memory, timeline_facts
 from .placement_text import placement_text
-from .search import Candidate, Key, Progress, SeedRun
+from .search import Candidate, Key, Progress, SeedRun, sim_steps
 
 
 def plan_key(plan: Plan) -> Key:
     """The search's key for a plan: mode, rollout devices (0 in colocate), rollout, GenRM
-    and trainer TP, trainer PP."""
-    r = len(plan.placement(Role.ROLLOUT).devices) if plan.mode is Mode.PARTIAL else 0
+    and trainer TP, trainer PP, async GenRM devices (0: none, or on the rollout's) and
+    max_staleness (0 unless async)."""
+    r = len(plan.placement(Role.ROLLOUT).devices) if plan.mode is not Mode.COLOCATE else 0
     g = plan.placement(Role.GENRM).tp if plan.has(Role.GENRM) else 1
     t = plan.placement(Role.TRAINER)
-    return (plan.mode, r, plan.placement(Role.ROLLOUT).tp, g, t.tp, t.pp)
+    asy = plan.mode is Mode.ASYNC
+    g_dev = (len(plan.placement(Role.GENRM).devices)
+             if asy and plan.has(Role.GENRM) and not plan.genrm_shares_rollout else 0)
+    return (plan.mode, r, plan.placement(Role.ROLLOUT).tp, g, t.tp, t.pp, g_dev,
+            plan.max_staleness if asy else 0)
 
 
 def score_plan(plan: Plan, cost: CostModel, seeds: int,
                progress: Optional[Progress] = None) -> Candidate:
-    """Simulate `plan` on seeds 0..seeds-1 (one step each, as the search does)."""
+    """Simulate `plan` on seeds 0..seeds-1 (as many steps as the search does)."""
     runs, first = [], None
     plan = dataclasses.replace(plan, predicted=None)  # a prediction is no input to the simulator
     for s in range(seeds):
-        trace = simulate(plan, plan.experiment.workload, cost, seed=s, steps=1)
+        trace = simulate(plan, plan.experiment.workload, cost, seed=s, steps=sim_steps(plan))
         st = summarize(trace)
         runs.append(SeedRun.of(trace, st))
         if first is None:

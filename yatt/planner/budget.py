@@ -20,7 +20,7 @@ from yatt.core.roles import Mode
 from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
-from .search import placeable_space, slice_experiment, slice_factor
+from .search import async_steps, placeable_space, slice_experiment, slice_factor
 from .sizes import resize
 
 FIRST_SPLIT_SIMS = 20   # a guarded ternary split search: 5-point grid, refine, bounded scan
@@ -48,6 +48,11 @@ def search_simulations(exp: Experiment) -> int:
     if Mode.PARTIAL in exp.search.modes and exp.genrm is not None:
         # without a colocate search, the partial search also walks the trainer layouts
         n += FIRST_SPLIT_SIMS + LOCAL_SPLIT_SIMS * SWEEPS * (r + g + (0 if colocate else t))
+    if Mode.ASYNC in exp.search.modes and slice_factor(exp) == 1:
+        # each async simulation runs async_steps(k) steps: counted as that many simulations
+        ks = len(set(exp.search.staleness_choices))
+        sims = FIRST_SPLIT_SIMS + LOCAL_SPLIT_SIMS * (SWEEPS * r + ks) + 1
+        n += sims * async_steps(max(exp.search.staleness_choices))
     return max(1, n)
 
 

@@ -80,6 +80,18 @@ def _trainer(plan: Plan) -> RolePlacement:
     return plan.placement(Role.TRAINER)
 
 
+# Why an async placement is not emitted, per framework.
+ASYNC_NOTE: dict[Framework, str] = {
+    Framework.VERL: ("async placements are not emitted: verl's one-step off-policy recipe "
+                     "(recipe/one_step_off_policy: rollout and actor on separate resource pools, "
+                     "max_staleness 1) is set up by hand; the best synchronous placement follows"),
+    Framework.OPENRLHF: ("async placements are not emitted (OpenRLHF's --async_train is set up "
+                         "by hand); the best synchronous placement follows"),
+    Framework.NEMO_RL: ("async placements are not emitted (NeMo-RL's async GRPO is set up by "
+                        "hand); the best synchronous placement follows"),
+}
+
+
 def cannot_express(fw: Framework, plan: Plan) -> tuple[str, ...]:
     """Why `fw` cannot run `plan` as it is (empty: it can)."""
     out: list[str] = []
@@ -499,10 +511,18 @@ def _exact_label(fw: Framework, plan: Plan) -> str:
 
 
 def emit(fw: Framework, chosen: Candidate, cost: CostModel, seeds: int,
-         progress: Optional[Progress] = None, colocate: Optional[Candidate] = None) -> Emission:
+         progress: Optional[Progress] = None, colocate: Optional[Candidate] = None,
+         sync: Optional[Candidate] = None) -> Emission:
     """Translate `chosen`; when the framework cannot express it, simulate its nearest
     layouts (the best split of each family) and emit the fastest. `colocate`: the search's
-    best full-colocate candidate (reused, not re-simulated)."""
+    best full-colocate candidate (reused, not re-simulated). An async `chosen` is not
+    translated (`ASYNC_NOTE`): `sync`, the best synchronous candidate, is emitted instead."""
+    if chosen.plan.mode is Mode.ASYNC:
+        if sync is None:
+            return Emission(fw, chosen, (ASYNC_NOTE[fw],), None, "")
+        inner = emit(fw, sync, cost, seeds, progress, colocate)
+        return Emission(fw, chosen, (ASYNC_NOTE[fw],) + inner.reasons, inner.target or sync,
+                        inner.label or _exact_label(fw, sync.plan))
     reasons = cannot_express(fw, chosen.plan)
     if not reasons:
         return Emission(fw, chosen, reasons, chosen, _exact_label(fw, chosen.plan))

@@ -50,10 +50,22 @@ def peak_memory(plan: Plan) -> tuple[float, float]:
     Engines count weights + the KV that a full running batch of mean-length sequences
     uses (capped by the pool); the trainer counts weights, grads, optimizer shard and
     activations. With offload/teardown only one role is resident at a time; with
-    `resident` the roles sharing a device add up.
+    `resident` the roles sharing a device add up. Async plans keep the trainer and the
+    reference resident together.
     """
     need = role_memory(plan)
     gpu = plan.experiment.cluster.gpu
+    if plan.mode is Mode.ASYNC:
+        # the trainer and the reference stay resident together on their own devices; the
+        # GenRM on the rollout's devices switches with it (one resident at a time)
+        held: dict[int, float] = {}
+        for p in plan.placements:
+            for d in p.devices:
+                if p.role in (Role.TRAINER, Role.REFERENCE):
+                    held[d] = held.get(d, 0.0) + need[p.role]
+                else:
+                    held[d] = max(held.get(d, 0.0), need[p.role])
+        return max(held.values()), gpu.hbm_bytes
     if plan.release is ReleasePolicy.RESIDENT:
         per_dev: dict[int, float] = {}
         for p in plan.placements:

@@ -4,14 +4,17 @@ Why: a user who wants to know how fast *their* placement is should not have to w
 plan.yaml by hand. The syntax is the label `Plan.describe()` prints in every table and in
 ranking.csv, so a row can be copied back into `yatt plan CONFIG --placement "..."`.
 
-Grammar: a mode (`colocate` or `partial`), then one token per role, in any order:
+Grammar: a mode (`colocate`, `partial` or `async`; async may add `k<n>`, its
+max_staleness, default 1), then one token per role, in any order:
     R<devices>(tp<k>)          rollout engines
     G<devices>(tp<k>)          GenRM engines (only when the experiment has a GenRM)
     T<devices>(tp<k>[,pp<k>])  trainer
 An optional `,dp<k>` inside the parentheses is checked against devices / (tp x pp).
 Devices are counts; they are laid out as yatt's modes lay them out (`make_plan`): in
 colocate every role spans the whole cluster; in partial the rollout takes the first R
-devices, the GenRM the next G, and the trainer all of them. The reference (no token) runs
+devices, the GenRM the next G, and the trainer all of them; in async the rollout takes the
+first R devices, the GenRM the next G (or the rollout's own devices when G = R and
+R + T is the cluster) and the trainer the last T. The reference (no token) runs
 where the search would put it: on the trainer's devices at the trainer's TP x PP when
 that TP is an allowed engine TP, else at the rollout's TP.
 """
@@ -79,9 +82,15 @@ def parse_placement(text: str, exp: Experiment) -> Plan:
     try:
         mode = Mode(words[0])
     except ValueError:
-        raise _fail(f"got mode {words[0][:20]!r}; allowed: colocate|partial, e.g. {EXAMPLE!r}") from None
+        raise _fail(f"got mode {words[0][:20]!r}; allowed: colocate|partial|async, e.g. "
+                    f"{EXAMPLE!r}") from None
     toks: dict[Role, _Token] = {}
-    for w in words[1:]:
+    k = 1
+    rest = words[1:]
+    if mode is Mode.ASYNC and rest and re.fullmatch(r"k\d{1,3}", rest[0]):
+        k = int(rest[0][1:])
+        rest = rest[1:]
+    for w in rest:
         t = _token(w)
         if t.role in toks:
             raise _fail(f"{t.role.value} ({w[0]}) is given twice")
@@ -96,6 +105,8 @@ def parse_placement(text: str, exp: Experiment) -> Plan:
     if Role.GENRM in toks and not has_genrm:
         raise _fail("a G token, but this experiment has no GenRM (rule reward); allowed: R and T")
     n = exp.cluster.num_gpus
+    if mode is Mode.ASYNC:
+        return _async_plan(text, exp, toks, k)
     if toks[Role.TRAINER].devices != n:
         raise _fail(f"T{toks[Role.TRAINER].devices}: the trainer runs on all {n} devices in "
                     f"both modes; allowed: T{n}")
@@ -125,6 +136,28 @@ def parse_placement(text: str, exp: Experiment) -> Plan:
     return plan
 
 
+def _async_plan(text: str, exp: Experiment, toks: dict[Role, _Token], k: int) -> Plan:
+    n = exp.cluster.num_gpus
+    r, t = toks[Role.ROLLOUT].devices, toks[Role.TRAINER].devices
+    g = toks[Role.GENRM].devices if Role.GENRM in toks else 0
+    if r + g + t == n:
+        own = g
+    elif g == r and r + t == n:
+        own = 0
+    else:
+        raise _fail(f"R{r} + G{g} + T{t}: in async the rollout, the GenRM (its own devices, or "
+                    f"G = R on the rollout's) and the trainer split all {n} devices")
+    rtp, ttp, tpp = toks[Role.ROLLOUT].tp, toks[Role.TRAINER].tp, toks[Role.TRAINER].pp
+    gtp = toks[Role.GENRM].tp if Role.GENRM in toks else 1
+    ref = (ttp, tpp) if ttp in exp.search.engine_tps else (rtp, 1)
+    try:
+        return make_plan(exp, Mode.ASYNC, rollout_devices=r, rollout_tp=rtp, genrm_tp=gtp,
+                         trainer_tp=ttp, trainer_pp=tpp, reference_tp=ref[0],
+                         reference_pp=ref[1], genrm_devices=own, max_staleness=k)
+    except InputError as e:
+        raise _fail(f"{text.strip()[:80]!r}: {e.message}") from None
+
+
 def placement_text(plan: Plan) -> str:
     """The one-line form of a plan, rollout, GenRM, trainer in that order (parseable back
     when the plan has yatt's layout)."""
@@ -133,4 +166,5 @@ def placement_text(plan: Plan) -> str:
         if plan.has(role):
             p = plan.placement(role)
             bits.append(f"{letter}{len(p.devices)}(tp{p.tp}" + (f",pp{p.pp}" if p.pp > 1 else "") + ")")
-    return f"{plan.mode.value} " + " ".join(bits)
+    k = f" k{plan.max_staleness}" if plan.mode is Mode.ASYNC else ""
+    return f"{plan.mode.value}{k} " + " ".join(bits)

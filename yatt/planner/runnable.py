@@ -28,6 +28,6 @@ def plan_for_executor(exp: Experiment, cost, mode: Optional[Mode] = None, *, top
 def describe_choice(result: SearchResult) -> str:
     """One line: the chosen placement, its predicted step time, and the other mode's best."""
     best = result.best
-    other = result.best_of(Mode.COLOCATE if best.plan.mode is Mode.PARTIAL else Mode.PARTIAL)
+    other = next((c for c in result.ranked if c.plan.mode is not best.plan.mode), None)
     return (f"planned: {best.plan.describe()} (predicted {best.mean:.2f} s/step"
             + (f"; best {other.plan.mode.value}: {other.mean:.2f} s" if other else "") + ")")

@@ -18,6 +18,15 @@ so the simulator is the oracle, and each call costs ~0.1-1 s. The search spends 
 - Above 128 devices the search runs on a load-preserving slice, then takes its shortlist
   back to full size: splits placed at full resolution with the fluid model, finalists
   simulated where the budget allows (`search`).
+- Async (generators and trainer on disjoint devices, steps overlapped): each candidate is
+  simulated over `async_steps` of the largest k searched and ranked by its steady state
+  (the steps after the warm-up fill). The split between generator and trainer devices gets the guarded
+  ternary search at the first staleness bound k and the best TPs of the other modes; the
+  other rollout TPs and k values hill-climb from that split's fraction, so async adds a
+  bounded number of simulations. With a GenRM on its own devices the rollout keeps the
+  share of the generator devices partial colocate found best (half without it); the GenRM
+  on the rollout's devices is tried at the best split. Sliced (large-cluster) searches
+  leave async out (the fluid model prices one colocate or partial step).
 
 `exhaustive=True` simulates everything (for tests and the regret benchmark).
 """
@@ -38,19 +47,38 @@ from yatt.core.specs import Workload
 from yatt.core.roles import Mode
 from yatt.core.costmodel import CostModel
 from yatt.core.trace import SampleRecord, Trace
-from yatt.sim.metrics import StepStats, summarize
+from yatt.sim.metrics import StepStats, steady_window, summarize
 from yatt.core.layout import make_plan
 from yatt.sim.fluid import FluidModel
 from yatt.sim.simulate import simulate
 
-from .space import Space, partial_splits, placement_space
+from .space import Space, async_splits, partial_splits, placement_space
 from . import idle
 from .refine import SplitRefinement, refine_split
 from .splitsearch import coordinate_descent, local_split, search_split
 from .why_pp import trainer_note
 
-# mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp, trainer pp
-Key = tuple[Mode, int, int, int, int, int]
+# mode, rollout devices (0 = all), rollout tp, genrm tp, trainer tp, trainer pp,
+# GenRM devices (async with its own; else 0), max_staleness (async; else 0)
+Key = tuple[Mode, int, int, int, int, int, int, int]
+
+
+def async_steps(k: int) -> int:
+    """Steps an async candidate is simulated over: the warm-up fill, then k + 1 steps so
+    that the queue bound (rollout k steps ahead) is reached in the steady state."""
+    return k + 2
+
+
+def sim_steps(plan: Plan, recorded: Optional[Sequence[SampleRecord]] = None) -> int:
+    """Steps one simulation of `plan` runs: every recorded step when replaying a trace,
+    one for colocate and partial; for async, `async_steps` of the largest k it or its
+    experiment's `search.staleness_choices` name, so every async candidate of a search
+    averages the same steps (common random numbers)."""
+    if recorded:
+        return len({s.step for s in recorded})
+    if plan.mode is not Mode.ASYNC:
+        return 1
+    return async_steps(max((plan.max_staleness,) + plan.experiment.search.staleness_choices))
 Progress = Callable[[int, str], None]
 
 
@@ -66,7 +94,11 @@ class SeedRun:
 
     @staticmethod
     def of(trace: Trace, stats: StepStats) -> "SeedRun":
-        tokens = sum(s.prompt_tokens + s.response_tokens for s in trace.samples if s.kept)
+        # the steps `stats` covers (async: its steady state, after the warm-up)
+        window = steady_window(trace)
+        first = window[2] if window else 0
+        tokens = sum(s.prompt_tokens + s.response_tokens for s in trace.samples
+                     if s.kept and s.step >= first)
         return SeedRun(stats.step_time_mean, stats.steps, stats.samples_kept, tokens,
                        stats.bubble_fraction)
 
@@ -126,6 +158,9 @@ class SplitReport:
     unimodal: bool       # the coarse grid looked unimodal
     method: str          # "exhaustive" | "ternary" | "scan" | "local"
     best_rollout_devices: int
+    mode: Mode = Mode.PARTIAL  # async: the split of generator and trainer devices
+    staleness: int = 0         # async: the max_staleness searched
+    trainer_devices: int = 0   # async: the best split's trainer devices
 
     def __post_init__(self) -> None:
         # "best" is a simulated split: at least one, and no more than there are
@@ -172,26 +207,18 @@ class _Evaluator:
     sims: int = 0
     keep: int = 0   # keep the traces of the best `keep` (and each mode's best) only; 0: all
 
-    @property
-    def steps(self) -> int:
-        """One step, or every recorded step when replaying a trace."""
-        return len({s.step for s in self.recorded}) if self.recorded else 1
-
     def plan(self, key: Key) -> Plan:
-        mode, r, rtp, gtp, ttp, tpp = key
-        # The reference is an inference-only copy of the actor: the trainer's TP x PP when
-        # the engine TP choices allow its TP (the executor may restrict them), else the
-        # rollout engines' TP.
-        ref = (ttp, tpp) if ttp in self.exp.search.engine_tps else (rtp, 1)
+        mode, r, rtp, gtp, ttp, tpp, g, k = key
+        ref = reference_layout(self.exp, rtp, ttp, tpp)
         return make_plan(self.exp, mode, rollout_devices=r or None, rollout_tp=rtp,
                          genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp, reference_tp=ref[0],
-                         reference_pp=ref[1])
+                         reference_pp=ref[1], genrm_devices=g, max_staleness=max(1, k))
 
     def __call__(self, key: Key) -> float:
         if key not in self.cache:
             plan = self.plan(key)
-            trace = simulate(plan, self.exp.workload, self.cost, seed=0, steps=self.steps,
-                             recorded=self.recorded)
+            trace = simulate(plan, self.exp.workload, self.cost, seed=0,
+                             steps=sim_steps(plan, self.recorded), recorded=self.recorded)
             self.sims += 1
             stats = summarize(trace)
             self.cache[key] = Candidate(key, plan, (SeedRun.of(trace, stats),), stats, trace)
@@ -212,6 +239,14 @@ class _Evaluator:
 
 
 SLICE_GPUS = 64  # search clusters above 2x this on a 1/s slice (see `search`)
+
+
+def reference_layout(exp: Experiment, rollout_tp: int, trainer_tp: int,
+                     trainer_pp: int) -> tuple[int, int]:
+    """The reference is an inference-only copy of the actor: the trainer's TP x PP when the
+    engine TP choices allow its TP (the executor may restrict them), else the rollout
+    engines' TP."""
+    return (trainer_tp, trainer_pp) if trainer_tp in exp.search.engine_tps else (rollout_tp, 1)
 
 
 @dataclass(frozen=True)
@@ -238,7 +273,7 @@ def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: b
 
     if colocate:
         space_size += len(space.rollout_tps) * len(gtps) * len(layouts)
-        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, k[0], k[1], *k[2])),
+        best = coordinate_descent(lambda k: ev((Mode.COLOCATE, 0, k[0], k[1], *k[2], 0, 0)),
                                   [list(space.rollout_tps), list(gtps), layouts], exhaustive)
     if Mode.PARTIAL in modes and has_genrm:
         space_size += sum(len(partial_splits(exp, r, g)) for r in space.rollout_tps
@@ -256,7 +291,7 @@ def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: b
                 if not splits:
                     memo[(rtp, gtp, lay)] = (math.inf, 0)
                 else:
-                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, *lay))  # noqa: E731
+                    f = lambda r: ev((Mode.PARTIAL, r, rtp, gtp, *lay, 0, 0))  # noqa: E731
                     if exhaustive or not anchor:
                         r, uni, method, calls = search_split(f, splits, exhaustive=exhaustive)
                         anchor.append(r / g_total)
@@ -274,17 +309,89 @@ def _search_direct(exp: Experiment, cost: CostModel, space: Space, exhaustive: b
         else:  # no full-colocate search chose the trainer layout: search it here
             coordinate_descent(lambda k: best_split(*k), [list(space.rollout_tps), list(gtps), layouts],
                                False, start=best)
+    if Mode.ASYNC in modes:
+        space_size += _search_async(exp, ev, space, reports, exhaustive)
     if not ev.cache:
         raise InputError("no placement to simulate: search.modes allows none that apply "
                          f"(modes: {[m.value for m in modes]}, GenRM: {bool(exp.genrm)})")
     return _Found(ev, tuple(reports), space_size)
 
 
+def _search_async(exp: Experiment, ev: "_Evaluator", space: Space, reports: list[SplitReport],
+                  exhaustive: bool) -> int:
+    """Async candidates into `ev` (see the module docstring); returns how many placements
+    the async space holds."""
+    n = exp.cluster.num_gpus
+    has_genrm = exp.genrm is not None and bool(space.genrm_tps)
+    gtps = space.genrm_tps if has_genrm else (1,)
+    ks = tuple(dict.fromkeys(exp.search.staleness_choices))
+    done = list(ev.cache.values())
+    start = min(done, key=lambda c: (c.step_times[0], c.key)).key if done else None
+    rtp0 = start[2] if start else space.rollout_tps[0]
+    gtp0 = start[3] if start else gtps[0]
+    layouts = list(space.trainer_layouts)
+    share: Optional[float] = None
+    if has_genrm:
+        part = [c for c in done if c.plan.mode is Mode.PARTIAL]
+        best_part = min(part, key=lambda c: (c.step_times[0], c.key)) if part else None
+        share = best_part.key[1] / n if best_part else 0.5
+
+    def splits(rtp: int, lay: tuple[int, int], sh: Optional[float]) -> list[tuple[int, int]]:
+        ref = reference_layout(exp, rtp, *lay)
+        return async_splits(exp, rtp, gtp0, lay, ref[0], sh)
+
+    # the trainer layout: the other modes' best where it fits on some async share, else
+    # the first that does
+    lay0 = next((lay for lay in ([start[4:6]] if start else []) + layouts
+                 if splits(rtp0, lay, share)), None)
+    size = sum(len(splits(r, lay, share)) for r in space.rollout_tps for lay in layouts) * len(ks)
+    if lay0 is None:
+        return size
+    anchor: list[float] = []
+    memo: dict[tuple[int, int], float] = {}
+
+    def best_split(rtp: int, k: int) -> float:
+        if (rtp, k) not in memo:
+            sp = splits(rtp, lay0, share)
+            if not sp:
+                memo[(rtp, k)] = math.inf
+                return math.inf
+            d_list = [r + g for r, g in sp]
+            by_d = dict(zip(d_list, sp))
+
+            def f(d: int) -> float:
+                r, g = by_d[d]
+                return ev((Mode.ASYNC, r, rtp, gtp0, *lay0, g, k))
+            if exhaustive or not anchor:
+                d, uni, method, calls = search_split(f, d_list, exhaustive=exhaustive)
+                anchor.append(d / n)
+            else:
+                d, uni, method, calls = local_split(f, d_list, anchor[0])
+            reports.append(SplitReport(rtp, gtp0, len(sp), calls, uni, method, by_d[d][0],
+                                       mode=Mode.ASYNC, staleness=k, trainer_devices=n - d))
+            memo[(rtp, k)] = f(d)
+        return memo[(rtp, k)]
+
+    best_split(rtp0, ks[0])
+    rtp = coordinate_descent(lambda x: best_split(x[0], ks[0]), [list(space.rollout_tps)],
+                             exhaustive, start=(rtp0,))[0]
+    for k in ks[1:]:
+        best_split(rtp, k)
+    if has_genrm:  # the GenRM on the rollout's devices, at the best async split so far
+        best = min((c for c in ev.cache.values() if c.plan.mode is Mode.ASYNC),
+                   key=lambda c: (c.step_times[0], c.key), default=None)
+        if best is not None:
+            d = best.key[1] + best.key[6]
+            if (d, 0) in splits(best.key[2], lay0, None):
+                ev((Mode.ASYNC, d, best.key[2], gtp0, *lay0, 0, best.key[7]))
+    return size
+
+
 def _shortlist(cands: Sequence[Candidate], top: int) -> list[Candidate]:
     """The best `top` candidates plus the best of each mode (so the comparison shows)."""
     ordered = sorted(cands, key=lambda c: (c.step_times[0], c.key))
     keep = ordered[:top]
-    for mode in (Mode.COLOCATE, Mode.PARTIAL):
+    for mode in (Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC):
         bm = next((c for c in ordered if c.plan.mode is mode), None)
         if bm is not None and bm not in keep:
             keep.append(bm)
@@ -347,6 +454,9 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         refinements: tuple[SplitRefinement, ...] = ()
     else:
         small = slice_experiment(exp, factor)
+        if Mode.ASYNC in small.search.modes:   # the fluid model prices no async step
+            modes = tuple(m for m in small.search.modes if m is not Mode.ASYNC)
+            small = replace(small, search=replace(small.search, modes=modes or (Mode.COLOCATE,)))
         found = _search_direct(small, cost, placement_space(small), False, progress, None,
                                keep=min(top, 2))
         short = _shortlist(list(found.evaluator.cache.values()), min(top, 2))
@@ -356,10 +466,13 @@ def search(exp: Experiment, cost: CostModel, *, top: int = 5, seeds: Optional[in
         c = small.cluster
         slice_note = (f"searched on a 1/{factor} slice ({c.num_gpus} GPUs, "
                       f"{small.workload.prompts_per_step} prompts); " + full.note)
+        if Mode.ASYNC in exp.search.modes:
+            slice_note += ("; async not searched (the fluid model that places splits at full "
+                           "size prices synchronous steps only)")
     final.sort(key=lambda c: (c.mean, c.key))
     best = final[0].key
-    tried = {c.key[4:]: c.step_times[0] for c in found.evaluator.cache.values()
-             if c.key[:4] == origin[best][:4]}
+    tried = {c.key[4:6]: c.step_times[0] for c in found.evaluator.cache.values()
+             if c.key[:4] == origin[best][:4] and c.key[6:] == origin[best][6:]}
     return SearchResult(tuple(final), space, sims, found.space_size if factor == 1 else
                         _full_space_size(exp, space), found.reports, time.perf_counter() - t0,
                         slice_note, trainer_note(exp, space, final[0].plan, tried), refinements,
@@ -420,7 +533,7 @@ class _FullSize:
             origin.setdefault(key, c.key)
         ranked = sorted(origin, key=lambda k: (self.step(k), k))
         keys = ranked[:2]
-        for mode in (Mode.COLOCATE, Mode.PARTIAL):
+        for mode in (Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC):
             bm = next((k for k in ranked if k[0] is mode), None)
             if bm is not None and bm not in keys:
                 keys.append(bm)
@@ -530,8 +643,7 @@ Job = tuple[Plan, Workload, CostModel, int, Optional[Sequence[SampleRecord]]]
 
 
 def _steps(job: Job) -> int:
-    recorded = job[4]
-    return len({s.step for s in recorded}) if recorded else 1
+    return sim_steps(job[0], job[4])
 
 
 def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
@@ -552,7 +664,7 @@ def _run_jobs(jobs: list[Job], progress: Optional[Progress],
     """Run independent simulations side by side on the machine's cores (fork-based pool;
     serial where there is one core or one job)."""
     for plan, workload, _, _, recorded in jobs:
-        steps = _steps((plan, workload, None, 0, recorded))  # type: ignore[arg-type]
+        steps = sim_steps(plan, recorded)
         limits.charge(limits.sim_requests(workload.expected_requests if recorded is None
                                           else len(recorded) / steps, plan.cluster.num_gpus, steps))
     workers = min(len(jobs), os.cpu_count() or 1, 8)

@@ -244,3 +244,61 @@ def partial_splits(exp: Experiment, rollout_tp: int, genrm_tp: int) -> list[int]
     g = exp.cluster.num_gpus
     step = math.lcm(rollout_tp, genrm_tp)
     return [r for r in range(step, g, step) if (g - r) % genrm_tp == 0]
+
+
+def async_trainer_fits(exp: Experiment, layout: Layout, devices: int) -> bool:
+    """Whether the trainer at `layout` on `devices` devices (async: its own share of the
+    cluster, DP = devices / (TP x PP)) fits with the reference resident beside it (no
+    engine shares these devices, so nothing is offloaded between steps)."""
+    tp, pp = layout
+    if devices < tp * pp or devices % (tp * pp):
+        return False
+    par = Parallel(tp, pp, devices // (tp * pp))
+    gpu = exp.cluster.gpu
+    t = memory.trainer_memory(exp.actor, par, exp.algo, gpu)
+    need = t.total
+    if exp.algo.use_reference and exp.algo.kl_coef > 0:
+        r = memory.reference_memory(exp.actor, par, exp.algo, gpu)
+        need += r.total - r.reserve
+    return need <= gpu.hbm_bytes
+
+
+def async_splits(exp: Experiment, rollout_tp: int, genrm_tp: int, layout: Layout,
+                 reference_tp: int, rollout_share: float | None = None) -> list[tuple[int, int]]:
+    """Legal (rollout devices, GenRM devices) for async mode, by generator devices; the
+    trainer and reference take the rest of the cluster.
+
+    rollout_share: with a GenRM on its own devices, the rollout's share of the generator
+    devices (rounded to whole engines); None: the GenRM (if any) shares the rollout's
+    devices. Every TP group starts on a multiple of its TP (so it sits inside a node), a
+    trainer replica of whole nodes starts on a node, and the trainer must fit on its share.
+    """
+    n, gpn = exp.cluster.num_gpus, exp.cluster.gpus_per_node
+    tp, pp = layout
+    k = tp * pp
+    has_genrm = exp.genrm is not None and exp.algo.reward.needs_genrm
+    own = has_genrm and rollout_share is not None
+    fits: dict[int, bool] = {}
+    out = []
+    for d in range(1, n):
+        t = n - d
+        if t % k or d % tp or t % reference_tp or d % reference_tp:
+            continue
+        if k > gpn and d % gpn:
+            continue
+        if own:
+            assert rollout_share is not None
+            unit = math.lcm(rollout_tp, genrm_tp)  # whole engines; the GenRM's groups aligned
+            r = max(unit, int(round(d * rollout_share / unit)) * unit)
+            g = d - r
+            if g < genrm_tp or g % genrm_tp:
+                continue
+        else:
+            r, g = d, 0
+            if d % rollout_tp or (has_genrm and d % genrm_tp):
+                continue
+        if t not in fits:
+            fits[t] = async_trainer_fits(exp, layout, t)
+        if fits[t]:
+            out.append((r, g))
+    return out

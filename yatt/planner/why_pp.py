@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from yatt.core.plan import Experiment, Plan
-from yatt.core.roles import Role
+from yatt.core.roles import Mode, Role
 
 from .space import Layout, Space, layout_text, legal_layouts, trainer_layout_memory, trainer_parallel
 
@@ -20,10 +20,11 @@ def _gb(x: float) -> str:
 
 def trainer_note(exp: Experiment, space: Space, chosen: Plan,
                  simulated: Mapping[Layout, float]) -> str:
-    """Why `chosen`'s trainer runs a pipeline ("" when it does not). `simulated`: seed-0
-    step times of the layouts tried with the rest of the chosen placement fixed."""
+    """Why `chosen`'s trainer runs a pipeline ("" when it does not, and for an async plan,
+    whose trainer holds only part of the cluster). `simulated`: seed-0 step times of the
+    layouts tried with the rest of the chosen placement fixed."""
     tr = chosen.placement(Role.TRAINER)
-    if tr.pp == 1:
+    if tr.pp == 1 or chosen.mode is Mode.ASYNC:  # the memory figures are for the whole cluster
         return ""
     lay = (tr.tp, tr.pp)
     mb = trainer_layout_memory(exp, lay)

@@ -335,6 +335,9 @@ class _FluidStep:
 
     # ---- modes -------------------------------------------------------------------------
     def run(self) -> FluidStep:
+        if self.plan.mode is Mode.ASYNC:
+            raise ValueError("the fluid model prices one colocate or partial step; async plans "
+                             "are simulated")
         gen_end = self._colocate() if self.plan.mode is Mode.COLOCATE else self._partial()
         end = self._finish(gen_end)
         return FluidStep(end, self.work_end.get(Role.ROLLOUT, gen_end),
@@ -578,7 +581,7 @@ class _FluidStep:
                    pool.genrm_in.tolist() if has_genrm else zeros,
                    pool.genrm_out.tolist() if has_genrm else zeros, pool.reward.tolist(),
                    pool.kept.tolist(), dp_rank.tolist(), pool.round.tolist(),
-                   opt(self.rollout_end), opt(self.genrm_end))
+                   opt(self.rollout_end), opt(self.genrm_end), zeros)
         samples = _records(rows) if with_samples else []
         c = plan.cluster
         kept = pool.kept

@@ -13,6 +13,16 @@ releases its devices as soon as its own work is over (rollout: once no replaceme
 requested any more); the trainer reloads when both are released.
 The cost model's `contention` slows each phase by the number of devices of the host it
 keeps busy at once (CPU "devices" share cores; `contention.py`).
+
+Async mode runs two processes joined by a queue of generated steps: the generators
+(rollout, GenRM on the rollout's devices as in full colocate or on their own devices as in
+partial) produce step after step, each with the newest published weights, and block when
+`yatt.core.schedule.may_start_rollout` says they are `max_staleness` steps ahead; the
+trainer trains each step as it arrives and publishes its weights. Weight sync is charged on
+both sides (an NCCL broadcast occupies sender and receivers): the trainer after each train
+step, the engines when they take a new version between their steps; the two are not forced
+to coincide. A step's time is the time between consecutive train ends; the first step
+(rollout and training in sequence: the pipeline's fill) is the warm-up, reported apart.
 """
 from __future__ import annotations
 
@@ -26,7 +36,7 @@ from yatt.core import (CostModel, InputError, Phase, Plan, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core import limits
 from yatt.core.roles import Mode
-from yatt.core.schedule import Stage, step_schedule
+from yatt.core.schedule import Stage, gating_train_step, policy_version, step_schedule
 from yatt.core.version import yatt_version
 
 from .contention import engine_cost, slowdown
@@ -44,6 +54,11 @@ def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, s
 
     Trace.meta.extra holds, per step: "balance" (trainer DP split: policy, max and mean
     load in balance-cost units and max/mean), "dropped_groups", "rounds", "step_time_s".
+    Async plans add, per step, "policy_version" and the generator's and trainer's times
+    ("gen_start_s", "gen_end_s", "train_start_s", "train_end_s", "gen_blocked_s": waiting on
+    the queue bound, "train_waiting_s": the trainer waiting for samples), and "async": the
+    warm-up (`warmup_steps`, `warmup_s`), the steady-state step time `steady_step_s` (mean
+    over the steps after warm-up, None when there are none) and `max_staleness`.
     """
     if steps < 0:
         raise InputError(f"got {steps}; allowed: >= 0", field="steps")
@@ -63,7 +78,9 @@ def simulate(plan: Plan, workload: Workload, cost_model: CostModel, seed: int, s
     c = plan.cluster
     meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed, yatt_version=yatt_version(),
                      hardware=f"{c.nodes}x{c.gpus_per_node} {c.gpu.name}", steps=steps,
-                     extra={"cost_model": type(cost_model).__name__, "steps": run.extra})
+                     extra={"cost_model": type(cost_model).__name__, "steps": run.extra,
+                            **({"async": async_summary(run.extra, plan.max_staleness)}
+                               if plan.mode is Mode.ASYNC else {})})
     return Trace(meta, tuple(run.samples), tuple(run.spans))
 
 
@@ -77,7 +94,8 @@ class _Run:
         self.has_genrm = algo.reward.needs_genrm and plan.has(Role.GENRM)
         self.sched = step_schedule(plan.mode, genrm=self.has_genrm,
                                    reference=algo.use_reference and plan.has(Role.REFERENCE),
-                                   old_logprobs=algo.old_logprobs)
+                                   old_logprobs=algo.old_logprobs,
+                                   genrm_shared=plan.genrm_shares_rollout)
         eng = plan.experiment.engine
         self.kv = {Role.ROLLOUT: self._kv(Role.ROLLOUT, eng.gpu_memory_utilization)}
         self.max_seqs = {Role.ROLLOUT: eng.max_num_seqs, Role.GENRM: eng.genrm_max_num_seqs}
@@ -113,6 +131,9 @@ class _Run:
 
     # ---- the step loop ----------------------------------------------------------------------
     def all_steps(self, env: simpy.Environment, steps: int):
+        if self.sched.overlapped:
+            yield from self.async_steps(env, steps)
+            return
         for k in range(steps):
             st = _Step(self, step_pool(self.w, k, self.seed, self.recorded), env.now)
             if self.plan.mode is Mode.COLOCATE:
@@ -121,6 +142,55 @@ class _Run:
                 yield from st.generate_partial(env)
             yield from st.finish(env)
             st.emit(env.now)
+
+    def async_steps(self, env: simpy.Environment, steps: int):
+        """Generators and trainer as two processes joined by a queue of generated steps."""
+        k = self.plan.max_staleness
+        trained_ev = [env.event() for _ in range(steps)]
+        queue: simpy.Store = simpy.Store(env)
+        state = {"trained": 0, "engine_version": 0, "train_end": 0.0}
+        serial = not self.has_genrm or self.plan.genrm_shares_rollout
+
+        def generator():
+            for s in range(steps):
+                t_ready = env.now
+                j = gating_train_step(s, k)
+                if j >= 0 and not trained_ev[j].processed:
+                    yield trained_ev[j]
+                blocked = env.now - t_ready
+                if state["trained"] > state["engine_version"]:
+                    end = take_weights(self.plan, self.cost, env.now, s, self.spans)
+                    yield env.timeout(end - env.now)
+                    state["engine_version"] = state["trained"]
+                st = _Step(self, step_pool(self.w, s, self.seed, self.recorded), env.now)
+                st.version = policy_version(s, state["engine_version"], k)
+                st.timing = {"gen_start_s": st.t0, "gen_blocked_s": blocked}
+                if serial:
+                    yield from st.generate_colocate(env)
+                else:
+                    yield from st.generate_partial(env)
+                st.timing["gen_end_s"] = env.now
+                yield queue.put(st)   # the samples are ready; the engines switch back after
+                for stage in self.sched.refill:
+                    yield env.timeout(max(0.0, st._switch(stage, env.now) - env.now))
+
+        def trainer():
+            for s in range(steps):
+                st = yield queue.get()
+                t = env.now
+                st.timing["train_start_s"] = t
+                st.timing["train_waiting_s"] = t - state["train_end"]
+                yield from st.finish(env)
+                st.timing["train_end_s"] = env.now
+                st.t0 = state["train_end"]  # a step's time: from the previous train end
+                state["train_end"] = env.now
+                state["trained"] = s + 1
+                trained_ev[s].succeed()
+                st.emit(env.now)
+
+        gen = env.process(generator())
+        tr = env.process(trainer())
+        yield env.all_of([gen, tr])
 
 
 class _Step:
@@ -144,6 +214,8 @@ class _Step:
         self.gout = pool.genrm_out.tolist()
         self.work_end: dict[Role, float] = {}
         self.rounds = 0
+        self.version = pool.step      # on-policy: step s is generated by version s
+        self.timing: dict[str, float] = {}  # async: the generator's and trainer's times
 
     # ---- engines ----------------------------------------------------------------------------
     def _engines(self, env, role: Role, on_done, capacity: Optional[int] = None,
@@ -314,6 +386,8 @@ class _Step:
         return switch(self.plan, self.cost, stage, now, self.work_end, self.step, self.run.spans)
 
     def _weight_sync(self, now: float) -> float:
+        if self.plan.mode is Mode.ASYNC:
+            return publish_weights(self.plan, self.cost, now, self.step, self.run.spans)
         return weight_sync(self.plan, self.cost, now, self.step, self.run.spans)
 
     def finish(self, env):
@@ -358,24 +432,24 @@ class _Step:
         # the records' fields in declaration order, built without the frozen dataclass's
         # per-field __setattr__ (a step can hold hundreds of thousands of samples)
         rows = zip(step, sid, pid, self.prompt, self.resp, gin, gout, reward, kept,
-                   self.dp_rank, rnd, self.rollout_end, self.genrm_end)
+                   self.dp_rank, rnd, self.rollout_end, self.genrm_end, [self.version] * pool.n)
         self.run.samples.extend(_records(rows))
         self.run.extra.append({
             "step": self.step, "step_time_s": t_end - self.t0, "rounds": self.rounds,
-            "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance})
+            "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance,
+            **({"policy_version": self.version, **self.timing} if self.timing else {})})
 
 
 def _records(rows) -> list[SampleRecord]:
     """SampleRecords from tuples of field values (declaration order): the same objects as
-    the constructor makes (the type has no __post_init__ checks), without the frozen
-    dataclass's per-field checks on the hot path. Slots: one setattr per field."""
+    the constructor makes, for a type without __post_init__ checks."""
     new, put = object.__new__, object.__setattr__
     names = tuple(f.name for f in dataclasses.fields(SampleRecord))
     out = []
     for row in rows:
         r = new(SampleRecord)
-        for name, v in zip(names, row):
-            put(r, name, v)
+        for name, value in zip(names, row, strict=True):   # slotted: no __dict__
+            put(r, name, value)
         out.append(r)
     return out
 
@@ -410,6 +484,42 @@ def switch(plan: Plan, cost: CostModel, stage: Stage, now: float, work_end: dict
             free[d] = t0 + c
         end = max(end, t0 + c)
     return end
+
+
+def _sync_cost(plan: Plan, cost: CostModel) -> float:
+    """One trainer -> engines weight push (the cost model's weight-sync term)."""
+    tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
+    devs = set(tr.devices) | set(ro.devices)
+    cross = len({plan.cluster.node_of(d) for d in devs}) > 1
+    return cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
+
+
+def publish_weights(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
+    """Async: the trainer's side of a weight push (its devices); returns the end."""
+    c = _sync_cost(plan, cost)
+    devs = plan.placement(Role.TRAINER).devices
+    spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
+                            devices=devs, start_s=now, end_s=now + c, name="weight_sync send"))
+    return now + c
+
+
+def take_weights(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
+    """Async: the engines' side of a weight push, between two of their steps; returns the end."""
+    c = _sync_cost(plan, cost)
+    devs = plan.placement(Role.ROLLOUT).devices  # the GenRM keeps its own weights
+    spans.append(SpanRecord(step=step, role=Role.ROLLOUT, phase=Phase.WEIGHT_SYNC,
+                            devices=devs, start_s=now, end_s=now + c, name="weight_sync receive"))
+    return now + c
+
+
+def async_summary(per_step: list[dict], k: int, warmup_steps: int = 1) -> dict:
+    """Warm-up apart from the steady state: the first `warmup_steps` steps fill the pipeline."""
+    ordered = sorted(per_step, key=lambda x: x["step"])
+    warm = ordered[:warmup_steps]
+    steady = [x["step_time_s"] for x in ordered[warmup_steps:]]
+    return {"max_staleness": k, "warmup_steps": len(warm),
+            "warmup_s": sum(x["step_time_s"] for x in warm),
+            "steady_step_s": sum(steady) / len(steady) if steady else None}
 
 
 def weight_sync(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
