@@ -43,8 +43,11 @@ comes from `--contention`:
               leave-one-workload-out: a workload's cases are predicted with ratios fitted
               only to the OTHER workloads' runs (needs --reuse and saved runs)
 Writes bench/results/fidelity.json and fidelity.png and prints one summary line.
+`--engine-tp 2` runs the cases with TP=2 rollout and GenRM engines (written by default to
+fidelity-tp2.json: `--only short --modes colocate --engine-tp 2`).
 Usage: .venv/bin/python bench/fidelity.py [--steps 4] [--only short,wide] [--profile P]
                                          [--niceness 0] [--reuse] [--contention profile]
+                                         [--engine-tp 1]
 """
 from __future__ import annotations
 
@@ -113,7 +116,7 @@ def _median_steps(times: dict, skip: int) -> float:
     return statistics.median(xs) if xs else float("nan")
 
 
-def _plan(name: str, mode, profile):
+def _plan(name: str, mode, profile, engine_tp: int = 1):
     from yatt.core.config import load_experiment
     from yatt.planner.profiled import cost_model_for
     from yatt.planner.search import search
@@ -121,7 +124,7 @@ def _plan(name: str, mode, profile):
     from yatt.planner.profiled import experiment_for
 
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
-    s = dataclasses.replace(exp.search, engine_tp_choices=(1,), modes=(mode,))
+    s = dataclasses.replace(exp.search, engine_tp_choices=(engine_tp,), modes=(mode,))
     exp = experiment_for(dataclasses.replace(exp, search=s), profile)  # + measured stop lengths
     cost = cost_model_for(exp, profile)
     return exp, cost, search(exp, cost, top=1).best.plan
@@ -184,20 +187,23 @@ def _as_recorded(sim):
     return Trace(sim.meta, sim.samples, tuple(spans))
 
 
-def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = False) -> dict:
-    """Plan, predict, run (or reuse a saved run with `reuse`), compare."""
+def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = False,
+             engine_tp: int = 1) -> dict:
+    """Plan, predict, run (or reuse a saved run with `reuse`), compare. `engine_tp`: the
+    rollout and GenRM engines' TP (vLLM's own tensor parallelism)."""
     from yatt.core.trace import Trace
     from yatt.planner.replay import phase_rows, replay
     from yatt.sim.simulate import simulate
 
-    exp, cost, plan = _plan(name, mode, profile)
+    exp, cost, plan = _plan(name, mode, profile, engine_tp)
+    tag = "" if engine_tp == 1 else f"-tp{engine_tp}"
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
     pred_step = _median_steps(sim.step_times(), 1)
     # the same prediction without the stop-length (EOS) model: every response at its budget
     no_stop = dataclasses.replace(exp.workload, stop_len=None)
     budget_step = _median_steps(simulate(plan, no_stop, cost, seed=seed, steps=steps).step_times(), 1)
     sim_resp = [int(x.response_tokens) for x in sim.samples if x.step >= 1]
-    out = RUNS / f"{name}-{mode.value}"
+    out = RUNS / f"{name}-{mode.value}{tag}"
     t0 = time.time()
     load0 = os.getloadavg()[0]
     if reuse and (out / "trace.jsonl").is_file():
@@ -236,7 +242,8 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
                       "step_spread": spread.get(ph)}
     resp = [x.response_tokens for x in meas.samples]
     budget = exp.workload.response_len.mean()
-    return {"case": f"{name}/{mode.value}", "workload": name, "mode": mode.value,
+    return {"case": f"{name}/{mode.value}" + tag.replace("-", "/"), "workload": name,
+            "mode": mode.value, "engine_tp": engine_tp,
             "plan": plan.describe(), "genrm": exp.genrm.name, "steps": steps,
             "excluded_steps": [0], "step0_measured_s": round(trace.step_times().get(0, 0.0), 3),
             "measured_step_s": round(meas_step, 4), "predicted_step_s": round(pred_step, 4),
@@ -259,7 +266,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "phases": phases}
 
 
-def planner_choice(name: str, profile) -> str:
+def planner_choice(name: str, profile, engine_tp: int = 1) -> str:
     from yatt.core.config import load_experiment
     from yatt.planner.profiled import cost_model_for
     from yatt.planner.search import search
@@ -267,7 +274,8 @@ def planner_choice(name: str, profile) -> str:
     from yatt.planner.profiled import experiment_for
 
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
-    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
+    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search,
+                                                              engine_tp_choices=(engine_tp,)))
     exp = experiment_for(exp, profile)
     return search(exp, cost_model_for(exp, profile), top=1).best.plan.mode.value
 
@@ -315,7 +323,12 @@ def main(argv=None) -> dict:
     ap.add_argument("--modes", default="colocate,partial")
     ap.add_argument("--profile", default=str(ROOT / "configs" / "profiles" / "cpu-local.yaml"))
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(OUT / "fidelity.json"))
+    ap.add_argument("--engine-tp", type=int, default=1, choices=(1, 2),
+                    help="TP of the rollout and GenRM engines (2: vLLM's tensor parallelism "
+                         "over both devices; the profile's engine tables are TP=1, so the "
+                         "cost model scales them analytically)")
+    ap.add_argument("--out", default=None,
+                    help="results file (default fidelity.json; fidelity-tp2.json at --engine-tp 2)")
     ap.add_argument("--niceness", type=int, default=0,
                     help="RAY_worker_niceness for the runs (default 0, the profile's priority; "
                          "Ray's own default is 15)")
@@ -326,6 +339,8 @@ def main(argv=None) -> dict:
                     help="host-contention ratios: the profile's (default), none, or fitted "
                          "leave-one-workload-out to the saved runs (with --reuse)")
     args = ap.parse_args(argv)
+    if args.out is None:
+        args.out = str(OUT / ("fidelity.json" if args.engine_tp == 1 else f"fidelity-tp{args.engine_tp}.json"))
     source = ContentionSource(args.contention)
     if source is ContentionSource.TRACES_LOO and not args.reuse:
         ap.error("--contention traces-loo needs --reuse (it fits to the saved runs)")
@@ -353,7 +368,7 @@ def main(argv=None) -> dict:
     try:
         for n in names:
             for m in modes:
-                c = run_case(n, m, profiles[n], args.steps, args.seed, args.reuse)
+                c = run_case(n, m, profiles[n], args.steps, args.seed, args.reuse, args.engine_tp)
                 cases.append(c)
                 print(f"{c['case']:22s} measured {c['measured_step_s']:6.2f} predicted "
                       f"{c['predicted_step_s']:6.2f} ({c['err'] * 100:+.1f}%) replayed "
@@ -369,7 +384,7 @@ def main(argv=None) -> dict:
             continue
         faster = min(by, key=lambda k: by[k]["measured_step_s"])
         slow, fast = max(x["measured_step_s"] for x in by.values()), by[faster]["measured_step_s"]
-        chosen = planner_choice(n, profiles[n])
+        chosen = planner_choice(n, profiles[n], args.engine_tp)
         choices.append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
                         "measured_gap": round(slow / fast - 1, 4), "correct": chosen == faster,
                         "counts": slow / fast - 1 > 0.10})
@@ -382,7 +397,7 @@ def main(argv=None) -> dict:
     no_stop = [abs(c["budget_only_err"]) for c in cases if "budget_only_err" in c]
     drift = [abs(c["drift_adjusted_err"]) for c in cases if c.get("drift_adjusted_err") is not None]
     drift_ph = [abs(p["drift_adjusted_err"]) for p in big if p.get("drift_adjusted_err") is not None]
-    res = {"profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
+    res = {"engine_tp": args.engine_tp, "profile": str(Path(args.profile).relative_to(ROOT)) if Path(args.profile).is_relative_to(ROOT)
            else args.profile, "contention_source": source.value,
            "contention": {n: [dataclasses.asdict(c) for c in p.tables.contention]
                           for n, p in profiles.items()},
