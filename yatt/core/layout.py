@@ -34,26 +34,23 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
     `max_staleness` bounds the weight lag.
     """
     n = experiment.cluster.num_gpus
-    everything = tuple(range(n))
     has_genrm = experiment.algo.reward.needs_genrm
     if mode is Mode.ASYNC:
-        return _async_plan(experiment, n, rollout_devices, genrm_devices, rollout_tp, genrm_tp,
-                           trainer_tp, trainer_pp, reference_tp, reference_pp, max_staleness,
-                           balance, balance_cost, release, controllers)
-    if mode is Mode.PARTIAL and has_genrm:
-        r = n // 2 if rollout_devices is None else rollout_devices
-        if not 0 < r < n:
-            raise InputError(f"got {r}; allowed: 1..{n - 1} rollout devices in partial colocate",
-                             field="rollout_devices")
-        rollout, genrm = everything[:r], everything[r:]
+        rollout, genrm, trainer = _async_devices(n, rollout_devices, genrm_devices if has_genrm else 0)
     else:
-        rollout = genrm = everything
+        rollout = genrm = trainer = tuple(range(n))
+        if mode is Mode.PARTIAL and has_genrm:
+            r = n // 2 if rollout_devices is None else rollout_devices
+            if not 0 < r < n:
+                raise InputError(f"got {r}; allowed: 1..{n - 1} rollout devices in partial colocate",
+                                 field="rollout_devices")
+            rollout, genrm = trainer[:r], trainer[r:]
     places = [RolePlacement(Role.ROLLOUT, rollout, tp=rollout_tp),
-              RolePlacement(Role.TRAINER, everything, tp=trainer_tp, pp=trainer_pp)]
+              RolePlacement(Role.TRAINER, trainer, tp=trainer_tp, pp=trainer_pp)]
     if has_genrm:
         places.append(RolePlacement(Role.GENRM, genrm, tp=genrm_tp))
     if experiment.algo.use_reference:
-        places.append(RolePlacement(Role.REFERENCE, everything,
+        places.append(RolePlacement(Role.REFERENCE, trainer,
                                     tp=trainer_tp if reference_tp is None else reference_tp,
                                     pp=trainer_pp if reference_pp is None else reference_pp))
     s = experiment.search
@@ -61,33 +58,17 @@ def make_plan(experiment: Experiment, mode: Mode, *, rollout_devices: Optional[i
                 balance=s.balance if balance is None else balance,
                 balance_cost=s.balance_cost if balance_cost is None else balance_cost,
                 controllers=s.controllers if controllers is None else controllers,
-                release=s.release if release is None else release)
+                release=s.release if release is None else release,
+                max_staleness=max_staleness if mode is Mode.ASYNC else 1)
 
 
-def _async_plan(exp: Experiment, n: int, rollout_devices: Optional[int], genrm_devices: int,
-                rollout_tp: int, genrm_tp: int, trainer_tp: int, trainer_pp: int,
-                reference_tp: Optional[int], reference_pp: Optional[int], max_staleness: int,
-                balance, balance_cost, release, controllers) -> Plan:
-    has_genrm = exp.algo.reward.needs_genrm
+def _async_devices(n: int, rollout_devices: Optional[int], g: int
+                   ) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """(rollout, genrm, trainer) devices of an async plan: rollout first, the GenRM's own
+    `g` devices next (0: on the rollout's), the trainer on the rest."""
     r = n // 2 if rollout_devices is None else rollout_devices
-    g = genrm_devices if has_genrm else 0
     if not 0 < r or r + g >= n or g < 0:
         raise InputError(f"got {r} rollout + {g} genrm devices of {n}; allowed: at least one "
                          "device left for the trainer in async mode", field="rollout_devices")
     rollout = tuple(range(r))
-    genrm = tuple(range(r, r + g)) if g else rollout
-    trainer = tuple(range(r + g, n))
-    places = [RolePlacement(Role.ROLLOUT, rollout, tp=rollout_tp),
-              RolePlacement(Role.TRAINER, trainer, tp=trainer_tp, pp=trainer_pp)]
-    if has_genrm:
-        places.append(RolePlacement(Role.GENRM, genrm, tp=genrm_tp))
-    if exp.algo.use_reference:
-        places.append(RolePlacement(Role.REFERENCE, trainer,
-                                    tp=trainer_tp if reference_tp is None else reference_tp,
-                                    pp=trainer_pp if reference_pp is None else reference_pp))
-    s = exp.search
-    return Plan(mode=Mode.ASYNC, placements=tuple(places), experiment=exp,
-                balance=s.balance if balance is None else balance,
-                balance_cost=s.balance_cost if balance_cost is None else balance_cost,
-                controllers=s.controllers if controllers is None else controllers,
-                release=s.release if release is None else release, max_staleness=max_staleness)
+    return rollout, (tuple(range(r, r + g)) if g else rollout), tuple(range(r + g, n))

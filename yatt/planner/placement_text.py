@@ -123,17 +123,20 @@ def parse_placement(text: str, exp: Experiment) -> Plan:
         if r + g != n:
             raise _fail(f"R{r} + G{g} = {r + g} devices; in partial the rollout and the GenRM "
                         f"split all {n} devices")
+    return _make(text, exp, toks, mode, rollout_devices=r if mode is Mode.PARTIAL else None)
+
+
+def _make(text: str, exp: Experiment, toks: dict[Role, _Token], mode: Mode, **layout) -> Plan:
+    """make_plan with the tokens' TPs; the reference mirrors the trainer's TP x PP as the
+    search lays it out. A refusal names the text."""
     rtp, ttp, tpp = toks[Role.ROLLOUT].tp, toks[Role.TRAINER].tp, toks[Role.TRAINER].pp
     gtp = toks[Role.GENRM].tp if Role.GENRM in toks else 1
-    # the reference mirrors the trainer's TP x PP as the search lays it out
     ref = (ttp, tpp) if ttp in exp.search.engine_tps else (rtp, 1)
     try:
-        plan = make_plan(exp, mode, rollout_devices=r if mode is Mode.PARTIAL else None,
-                         rollout_tp=rtp, genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp,
-                         reference_tp=ref[0], reference_pp=ref[1])
+        return make_plan(exp, mode, rollout_tp=rtp, genrm_tp=gtp, trainer_tp=ttp, trainer_pp=tpp,
+                         reference_tp=ref[0], reference_pp=ref[1], **layout)
     except InputError as e:
         raise _fail(f"{text.strip()[:80]!r}: {e.message}") from None
-    return plan
 
 
 def _async_plan(text: str, exp: Experiment, toks: dict[Role, _Token], k: int) -> Plan:
@@ -147,15 +150,8 @@ def _async_plan(text: str, exp: Experiment, toks: dict[Role, _Token], k: int) ->
     else:
         raise _fail(f"R{r} + G{g} + T{t}: in async the rollout, the GenRM (its own devices, or "
                     f"G = R on the rollout's) and the trainer split all {n} devices")
-    rtp, ttp, tpp = toks[Role.ROLLOUT].tp, toks[Role.TRAINER].tp, toks[Role.TRAINER].pp
-    gtp = toks[Role.GENRM].tp if Role.GENRM in toks else 1
-    ref = (ttp, tpp) if ttp in exp.search.engine_tps else (rtp, 1)
-    try:
-        return make_plan(exp, Mode.ASYNC, rollout_devices=r, rollout_tp=rtp, genrm_tp=gtp,
-                         trainer_tp=ttp, trainer_pp=tpp, reference_tp=ref[0],
-                         reference_pp=ref[1], genrm_devices=own, max_staleness=k)
-    except InputError as e:
-        raise _fail(f"{text.strip()[:80]!r}: {e.message}") from None
+    return _make(text, exp, toks, Mode.ASYNC, rollout_devices=r, genrm_devices=own,
+                 max_staleness=k)
 
 
 def placement_text(plan: Plan) -> str:
