@@ -340,7 +340,7 @@ def main(argv=None) -> dict:
                          "leave-one-workload-out to the saved runs (with --reuse)")
     args = ap.parse_args(argv)
     if args.out is None:
-        args.out = str(OUT / ("fidelity.json" if args.engine_tp == 1 else f"fidelity-tp{args.engine_tp}.json"))
+        args.out = str(OUT / {1: "fidelity.json", 2: "fidelity-tp2.json"}[args.engine_tp])
     source = ContentionSource(args.contention)
     if source is ContentionSource.TRACES_LOO and not args.reuse:
         ap.error("--contention traces-loo needs --reuse (it fits to the saved runs)")
