@@ -6,7 +6,8 @@ around each step:
 
 * after every good step, each trainer rank's full state (weights, optimizer, RNG,
   counters) is snapshotted into host memory (Ray object store, owned by the driver), so
-  a step can always be redone from the state it started with;
+  a step can always be redone from the state it started with; the ranks take the copy
+  while the driver already starts the next step;
 * on the plan's checkpoint schedule, an asynchronous `dist_checkpointing` save starts
   (the trainers plan it and hand the write off while the driver already starts the next
   step), together with `state.json` (step counter, data position, run state, metrics) and
@@ -112,10 +113,16 @@ class Supervisor:
                                  int(r.get("nonfinite_streak", 0)), list(r.get("faults", [])))
 
     # ---- snapshots -------------------------------------------------------------------
-    def snapshot(self) -> None:
-        """Keep every trainer rank's current state (the last good state)."""
+    def snapshot(self, wait: bool = True) -> None:
+        """Keep every trainer rank's current state (the last good state). Unless `wait`, the
+        calls are sent and not awaited: a rank runs its calls in order, so the copy is taken
+        before the next step touches its state, and it lands in the object store (owned by
+        the driver, so it outlives a rank that dies later). The next snapshot or a restore
+        waits for it and surfaces its error."""
+        get_all(self.snaps)
         self.snaps = [w.snapshot.remote() for w in self.actors.trainers]
-        get_all(self.snaps)   # surface errors here, not at recovery time
+        if wait:
+            get_all(self.snaps)
 
     def _restore(self) -> None:
         get_all([w.restore.remote(s) for w, s in zip(self.actors.trainers, self.snaps)])
@@ -144,7 +151,7 @@ class Supervisor:
         else:
             self.counters.nonfinite_streak = 0
             t = time.perf_counter()
-            self.snapshot()
+            self.snapshot(wait=False)
             row["snapshot_s"] = round(time.perf_counter() - t, 4)
         t = time.perf_counter()
         self.boundary(step)
