@@ -17,7 +17,9 @@ optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
   cost_ratio   (step time with checkpoints + stall_s - step_s) / step_s: the whole cost of
                a checkpoint per step, the trainers' share hidden in the next step included
                (a difference of two runs on shared cores: noisier than stall_ratio)
-  snapshot_s   the per-step in-memory snapshot fault recovery uses (not a checkpoint)
+  snapshot_s   seconds the step loop spends on the per-step in-memory snapshot fault
+               recovery uses (not a checkpoint; the ranks copy their state during the next
+               step, in both runs)
   overhead_s   median `overhead_s` of the run without checkpoints: step time in which no
                traced phase ran (orchestration between phases); overhead_frac of step_s
 
