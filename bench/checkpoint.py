@@ -6,13 +6,22 @@ same with a synchronous write. The trainer is DP=2 on the 2 CPU "devices", model
 optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
 
   stall_s      seconds the step loop waits per checkpoint (`ckpt_stall_s` in metrics.csv:
-               finalising the previous write, the save plan, handing the write off, and
-               sealing = manifest + rename), median over checkpointed steps >= 2 (step 0
-               pays one-off process warm-up, step 1 the first write's set-up)
+               the trainers finalising the previous write, state.json and trace handed to
+               the driver's I/O thread, the save call sent; the trainers plan and hand off
+               the write while the next step runs, and the manifest + rename run on the I/O
+               thread), median over checkpointed steps >= 2 (step 0 pays one-off process
+               warm-up, step 1 the first write's set-up)
   step_s       median step time (steps >= 2) of the run WITHOUT checkpoints
   stall_ratio  stall_s / step_s, for a checkpoint after EVERY step (the worst case;
                the default is every 10 steps or 30 minutes, i.e. a tenth of it)
-  snapshot_s   the per-step in-memory snapshot fault recovery uses (not a checkpoint)
+  cost_ratio   (step time with checkpoints + stall_s - step_s) / step_s: the whole cost of
+               a checkpoint per step, the trainers' share hidden in the next step included
+               (a difference of two runs on shared cores: noisier than stall_ratio)
+  snapshot_s   seconds the step loop spends on the per-step in-memory snapshot fault
+               recovery uses (not a checkpoint; the ranks copy their state during the next
+               step, in both runs)
+  overhead_s   median `overhead_s` of the run without checkpoints: step time in which no
+               traced phase ran (orchestration between phases); overhead_frac of step_s
 
 Workloads: configs/demo-learn.yaml (128 samples/step, ~0.6 s steps: the worst case for a
 fixed per-checkpoint cost; the top-level numbers) and, under "also", configs/fidelity/wide.yaml
@@ -65,7 +74,9 @@ def measure(config: str, steps: int) -> dict:
                  log=lambda m: None)
         runs[name] = {"wall_s": round(time.time() - t, 1),
                       "step_s": round(statistics.median(_col(root / name, "step_s")), 4),
-                      "snapshot_s": round(statistics.median(_col(root / name, "snapshot_s")), 4)}
+                      "snapshot_s": round(statistics.median(_col(root / name, "snapshot_s")), 4),
+                      "overhead_s": round(statistics.median(_col(root / name, "overhead_s")), 4),
+                      "overhead_frac": round(statistics.median(_col(root / name, "overhead_frac")), 4)}
         if every:
             runs[name]["stall_s"] = round(statistics.median(_col(root / name, "ckpt_stall_s")), 4)
             runs[name]["stall_s_max"] = round(max(_col(root / name, "ckpt_stall_s")), 4)
@@ -75,10 +86,13 @@ def measure(config: str, steps: int) -> dict:
     step_s = runs["none"]["step_s"]
     return {"step_s": step_s, "stall_s": runs["async"]["stall_s"],
             "stall_ratio": round(runs["async"]["stall_s"] / step_s, 4),
+            "cost_ratio": round((runs["async"]["step_s"] + runs["async"]["stall_s"] - step_s)
+                                / step_s, 4),
             "sync_stall_s": runs["sync"]["stall_s"],
             "sync_stall_ratio": round(runs["sync"]["stall_s"] / step_s, 4),
             "snapshot_s": runs["none"]["snapshot_s"],
             "snapshot_ratio": round(runs["none"]["snapshot_s"] / step_s, 4),
+            "overhead_s": runs["none"]["overhead_s"], "overhead_frac": runs["none"]["overhead_frac"],
             "checkpoint_every_steps": 1, "steps": steps,
             "config": os.path.relpath(config, ROOT), "plan": base.describe(), "runs": runs,
             "load_avg_at_start": {k: round(v, 2) for k, v in load.items()}}
@@ -99,8 +113,9 @@ def main() -> dict:
     write_result(args.out, out)
     for o in [out] + ([out["also"]] if "also" in out else []):
         print(f"checkpoint {o['config']}: step {o['step_s']:.3f} s, async stall {o['stall_s']:.3f} s "
-              f"({o['stall_ratio'] * 100:.1f}%), sync stall {o['sync_stall_s']:.3f} s "
-              f"({o['sync_stall_ratio'] * 100:.1f}%), snapshot {o['snapshot_s']:.3f} s")
+              f"({o['stall_ratio'] * 100:.1f}%, all in {o['cost_ratio'] * 100:.1f}%), sync stall {o['sync_stall_s']:.3f} s "
+              f"({o['sync_stall_ratio'] * 100:.1f}%), snapshot {o['snapshot_s']:.3f} s, "
+              f"overhead {o['overhead_s']:.3f} s ({o['overhead_frac'] * 100:.1f}%)")
     return out
 
 

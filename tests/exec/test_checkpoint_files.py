@@ -184,3 +184,26 @@ def test_the_run_directory_writers_replace_planted_links(tmp_path, victim):
     Recorder(plan, 0).write(out, 2)
     assert victim.read_text() == "keep me\n" and not (tmp_path / "never").exists()
     assert all(not (out / n).is_symlink() for n in names)
+
+
+def test_overhead_is_step_time_outside_every_traced_phase():
+    from pathlib import Path
+
+    from yatt.core.config import load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.core.roles import Mode, Phase, Role
+    from yatt.exec.recorder import Recorder
+
+    plan = make_plan(load_experiment(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml"),
+                     Mode.COLOCATE)
+    rec = Recorder(plan, 0, t0=100.0)
+    # step 0 runs 100.0-110.0: rollout 1-4, overlapping GenRM 3-5, train 6-9; a span of
+    # step 1 and the part of a span outside the window do not count
+    rec.span(0, Role.ROLLOUT, Phase.ROLLOUT, (0,), 101.0, 104.0)
+    rec.span(0, Role.GENRM, Phase.GENRM, (1,), 103.0, 105.0)
+    rec.span(0, Role.TRAINER, Phase.TRAIN, (0,), 106.0, 112.0)
+    rec.span(1, Role.TRAINER, Phase.TRAIN, (0,), 105.0, 106.0)
+    assert rec.busy_s(0, 0.0, 10.0) == pytest.approx(8.0)
+    row = rec.step_metrics(0, {"step_s": 10.0}, start=100.0)
+    assert row["overhead_s"] == pytest.approx(2.0) and row["overhead_frac"] == pytest.approx(0.2)
+    assert "overhead_s" not in rec.step_metrics(1, {"step_s": 1.0})   # no start: not measured

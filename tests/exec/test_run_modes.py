@@ -45,6 +45,9 @@ def test_run_dir_outputs(runs):
     assert [r["step"] for r in rows] == ["0", "1"]
     for col in ("reward_mean", "kl", "entropy", "loss", "grad_norm", "rollout_s", "train_s"):
         assert col in rows[0]
+    for r in rows:   # step time in which no traced phase ran: within [0, step_s]
+        assert 0.0 <= float(r["overhead_s"]) <= float(r["step_s"])
+        assert 0.0 <= float(r["overhead_frac"]) <= 1.0
     assert json.load(open(d / "timeline.json"))["traceEvents"]
     assert colo.meta.source is TraceSource.MEASURED
     assert len(colo.samples) == 2 * colo.meta.plan.experiment.workload.samples_per_step

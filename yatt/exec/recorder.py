@@ -22,7 +22,7 @@ METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl
                   "loss", "grad_norm", "genrm_parse_fail", "response_tokens", "samples",
                   "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
                   "nonfinite_steps", "rollbacks", "restarts", "snapshot_s", "ckpt_stall_s",
-                  "train_prep_s", "train_rank_s", "reward_errors", "eval_reward", "eval_accuracy",
+                  "overhead_s", "overhead_frac", "train_prep_s", "train_rank_s", "reward_errors", "eval_reward", "eval_accuracy",
                   "eval_samples")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
@@ -66,13 +66,38 @@ class Recorder:
         self.extra.update(extra)
         self.t0 = time.time() - end_s
 
-    def step_metrics(self, step: int, values: dict[str, Any]) -> dict[str, Any]:
+    def busy_s(self, step: int, lo: float, hi: float) -> float:
+        """Seconds of [lo, hi] (run-relative) during which at least one of the step's traced
+        phases ran: the union of its spans, clipped to the window."""
+        busy, cur = 0.0, None
+        for a, b in sorted((max(lo, s.start_s), min(hi, s.end_s)) for s in self.spans
+                           if s.step == step):
+            if b <= a:
+                continue
+            if cur is None or a > cur[1]:
+                busy += cur[1] - cur[0] if cur else 0.0
+                cur = [a, b]
+            else:
+                cur[1] = max(cur[1], b)
+        return busy + (cur[1] - cur[0] if cur else 0.0)
+
+    def step_metrics(self, step: int, values: dict[str, Any],
+                     start: Optional[float] = None) -> dict[str, Any]:
+        """The step's metrics row: `values`, seconds per phase and, given the step's
+        wall-clock `start` and `values["step_s"]`, `overhead_s` (step time in which no traced
+        phase ran: orchestration between phases) and `overhead_frac` (of step_s)."""
         per_phase: dict[Phase, list[float]] = {}
         for s in self.spans:
             if s.step == step:
                 lo, hi = per_phase.get(s.phase, [s.start_s, s.end_s])
                 per_phase[s.phase] = [min(lo, s.start_s), max(hi, s.end_s)]
         row = {"step": step, **values}
+        if start is not None and "step_s" in values:
+            wall = float(values["step_s"])
+            lo = self.rel(start)
+            idle = min(wall, max(0.0, wall - self.busy_s(step, lo, lo + wall)))
+            row["overhead_s"] = round(idle, 4)
+            row["overhead_frac"] = round(idle / wall, 4) if wall > 0 else 0.0
         for p in Phase:
             lo_hi = per_phase.get(p)
             row[f"{p.value}_s"] = round(lo_hi[1] - lo_hi[0], 6) if lo_hi else 0.0

@@ -105,7 +105,8 @@ class StepRunner:
             "nonfinite_steps": o.get("nonfinite_steps", 0.0),
             "train_prep_s": round(o.get("train_prep_s", 0.0), 4),
             "train_rank_s": round(o.get("train_rank_s", 0.0), 4),
-            "genrm_parse_fail": mom.parse_fail, "response_tokens": mom.response_tokens})
+            "genrm_parse_fail": mom.parse_fail, "response_tokens": mom.response_tokens},
+            start=t)
 
     # ---- generation ------------------------------------------------------------------
     def _rollout(self, step: int, stage: Stage) -> None:

@@ -6,11 +6,14 @@ around each step:
 
 * after every good step, each trainer rank's full state (weights, optimizer, RNG,
   counters) is snapshotted into host memory (Ray object store, owned by the driver), so
-  a step can always be redone from the state it started with;
+  a step can always be redone from the state it started with; the ranks take the copy
+  while the driver already starts the next step;
 * on the plan's checkpoint schedule, an asynchronous `dist_checkpointing` save starts
-  (the trainer only blocks for the planning), together with `state.json` (step counter,
-  data position, run state, metrics) and the trace so far; finished saves are sealed
-  (manifest + atomic rename, checkpoint.py) at the next step boundary;
+  (the trainers plan it and hand the write off while the driver already starts the next
+  step), together with `state.json` (step counter, data position, run state, metrics) and
+  the trace so far, written on a driver thread; a finished write is finalised by the
+  trainers at a later step boundary and sealed (manifest + atomic rename, checkpoint.py)
+  on that thread;
 * when an actor dies mid-step (`RayActorError`), Ray restarts it (`max_restarts`); the
   supervisor re-forms the trainer process group if a trainer died, restores every
   trainer rank from the snapshot, resets and re-arms the engines with those weights,
@@ -98,6 +101,7 @@ class Supervisor:
         self.pending: dict[str, int] = {}       # trainer dir being written -> step
         self._io = None                          # driver-side checkpoint I/O thread (lazy)
         self._io_jobs: list = []
+        self._saving: list = []                  # trainers' save calls not yet awaited
         self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
         self.data_position = data_position or (lambda next_step: {})
         self.last_saved = -1
@@ -109,10 +113,16 @@ class Supervisor:
                                  int(r.get("nonfinite_streak", 0)), list(r.get("faults", [])))
 
     # ---- snapshots -------------------------------------------------------------------
-    def snapshot(self) -> None:
-        """Keep every trainer rank's current state (the last good state)."""
+    def snapshot(self, wait: bool = True) -> None:
+        """Keep every trainer rank's current state (the last good state). Unless `wait`, the
+        calls are sent and not awaited: a rank runs its calls in order, so the copy is taken
+        before the next step touches its state, and it lands in the object store (owned by
+        the driver, so it outlives a rank that dies later). The next snapshot or a restore
+        waits for it and surfaces its error."""
+        get_all(self.snaps)
         self.snaps = [w.snapshot.remote() for w in self.actors.trainers]
-        get_all(self.snaps)   # surface errors here, not at recovery time
+        if wait:
+            get_all(self.snaps)
 
     def _restore(self) -> None:
         get_all([w.restore.remote(s) for w, s in zip(self.actors.trainers, self.snaps)])
@@ -141,15 +151,10 @@ class Supervisor:
         else:
             self.counters.nonfinite_streak = 0
             t = time.perf_counter()
-            self.snapshot()
+            self.snapshot(wait=False)
             row["snapshot_s"] = round(time.perf_counter() - t, 4)
         t = time.perf_counter()
-        self.poll(blocking=False)
-        if self.schedule.due(step):
-            # At most one write in flight: a save waits for the previous one (bounds host
-            # memory, and the previous checkpoint is sealed before the next starts).
-            self.poll(blocking=True)
-            self.save(step)
+        self.boundary(step)
         row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks,
                    ckpt_stall_s=round(time.perf_counter() - t, 4))
         return row
@@ -183,12 +188,34 @@ class Supervisor:
         self._background(write)
         tdir = str(part / ckpt.TRAINER)
         async_save = self.spec.async_save if async_save is None else async_save
-        get_all([w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers])
         self.pending[tdir] = step
         self.last_saved = step
         self.schedule.saved()
+        # Not awaited: each trainer plans and hands off the write while the driver starts the
+        # next step (an actor runs its calls one at a time, in order, so the save sees the
+        # state after `step` and the next step's training waits for it). `_collect` picks up
+        # the result at the next boundary.
+        self._saving = [w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers]
         if not async_save:
+            self._collect()
             self._seal(tdir)
+
+    def boundary(self, step: int) -> None:
+        """The checkpoint work between two steps: surface the previous boundary's results,
+        seal what the trainers finalised, and start a save if one is due. At most one write
+        is in flight: a due save first finalises the previous one (blocking)."""
+        self._drain()      # I/O of earlier boundaries: it had a whole step to finish
+        self._collect()    # the previous save's hand-off (done before this step trained)
+        due = self.schedule.due(step)
+        if self.pending:
+            self.poll(blocking=due)
+        if due:
+            self.save(step)
+
+    def _collect(self) -> None:
+        """Wait for the trainers' last `save_checkpoint` calls; re-raise their error."""
+        calls, self._saving = self._saving, []
+        get_all(calls)
 
     def _background(self, fn: Callable[[], None]) -> None:
         """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
@@ -205,13 +232,14 @@ class Supervisor:
             j.result()
 
     def poll(self, blocking: bool) -> None:
+        """Finalise the trainers' finished asynchronous writes (all of them if `blocking`)
+        and seal them on the I/O thread."""
+        self._collect()
         if not self.pending:
             return
         outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
         for tdir in outs[0]:
             self._seal(tdir)
-        if blocking:
-            self._drain()
 
     def _seal(self, tdir: str) -> None:
         step = self.pending.pop(tdir)
@@ -303,6 +331,10 @@ class Supervisor:
         wait_alive(engines + self.actors.refs)
         wait_alive(trainers, fresh=restart_all)
         if restart_all:
+            # The old ranks' save calls died with them and their writer queues are gone:
+            # a checkpoint they had not finalised is never sealed (prune removes it later).
+            self._saving = []
+            self.pending.clear()
             addr, port = ray.get(trainers[0].address.remote())
             get_all([w.setup.remote(addr, port) for w in trainers])
         else:

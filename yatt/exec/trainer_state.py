@@ -119,8 +119,13 @@ class TrainerState:
             # while the state's structure stays the same: most of the stall is that plan.
             self._ckpt_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1,
                                                                cached_metadata=True)
-        req = dist_checkpointing.save(sd, ckpt_dir, sharded_strategy=self._ckpt_strategy,
-                                      async_sharded_save=True)
+        # Once megatron validated its cached plan (same structure on every rank, a flag all
+        # ranks agree on), it reuses that plan without re-planning; the sharding-integrity
+        # check (an all-gather of every shard's metadata) would only repeat what the first
+        # save checked.
+        req = dist_checkpointing.save(
+            sd, ckpt_dir, sharded_strategy=self._ckpt_strategy, async_sharded_save=True,
+            validate_access_integrity=not self._ckpt_strategy.validated_cache_reuse)
         self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
         return time.perf_counter() - t0
 
