@@ -123,8 +123,10 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     steps = args.steps if args.steps_given else info["steps"]
     check_out_dir(run_dir, field="--resume")   # it is written to: writable, before start-up
     from yatt.exec import checkpoint as ckpt
-    if not ckpt.complete(run_dir):      # nothing to resume: say so before preparing the job
-        ckpt.latest_valid(run_dir, lambda m: None)
+    from yatt.exec import safe_load
+    # no checkpoint that verifies and loads safely: say so before preparing the job (which
+    # may build models); run_plan picks the checkpoint again and logs any it skips
+    ckpt.latest_valid(run_dir, lambda m: None, check=safe_load.scan)
     job = _prepare(plan.experiment, info["seed"], steps)
     console.print(f"resuming {shown(run_dir)} ({plan.describe()}) up to {steps} steps")
     try:
