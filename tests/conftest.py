@@ -85,3 +85,12 @@ def genrm_path(demo_experiment):
     from yatt.exec.models import resolve_model
 
     return resolve_model(demo_experiment.genrm, seed=0)
+
+
+@pytest.fixture
+def victim(tmp_path):
+    """A file outside every output directory: a planted link points at it, and it must
+    keep its content."""
+    v = tmp_path / "victim.txt"
+    v.write_text("keep me\n")
+    return v

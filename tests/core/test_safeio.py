@@ -11,13 +11,6 @@ from yatt.core.config import dump_yaml
 from yatt.core.errors import InputError
 
 
-@pytest.fixture
-def victim(tmp_path):
-    v = tmp_path / "victim.txt"
-    v.write_text("keep me\n")
-    return v
-
-
 def test_a_link_at_the_target_is_replaced_not_written_through(tmp_path, victim):
     out = tmp_path / "out"
     out.mkdir()

@@ -156,13 +156,6 @@ def test_state_json_is_validated_like_a_config(tmp_path, state, field):
     assert e.value.field.startswith(field) and e.value.file.endswith("state.json")
 
 
-@pytest.fixture
-def victim(tmp_path):
-    v = tmp_path / "victim.txt"
-    v.write_text("keep me\n")
-    return v
-
-
 def test_the_run_directory_writers_replace_planted_links(tmp_path, victim):
     from pathlib import Path
 
