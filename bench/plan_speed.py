@@ -48,7 +48,8 @@ from yatt.core import ClusterSpec, DistKind, Experiment, LengthDist, SearchSpec,
 from yatt.core.config import dump_yaml
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.idle import side_waits
-from yatt.planner.search import _full_space_size, search
+from yatt.planner.fullsize import full_space_size
+from yatt.planner.search import search
 from yatt.planner.space import placement_space
 
 
@@ -74,8 +75,8 @@ def space_sizes(gpus: int) -> dict:
     exp = scenario(gpus)
     flat = dataclasses.replace(exp, search=dataclasses.replace(exp.search, pp_choices=(1,)))
     space = placement_space(exp)
-    return {"candidates": _full_space_size(exp, space),
-            "candidates_without_pp": _full_space_size(flat, placement_space(flat)),
+    return {"candidates": full_space_size(exp, space),
+            "candidates_without_pp": full_space_size(flat, placement_space(flat)),
             "trainer_layouts": [f"tp{tp}" + (f"·pp{pp}" if pp > 1 else "")
                                 for tp, pp in space.trainer_layouts]}
 
@@ -174,11 +175,11 @@ def _simulate_all(jobs: list, workers: int) -> list[float]:
 def scale_regret(exp: Experiment, res, step: int, fine: int, workers: int) -> dict:
     """Regret of `res`'s choice against SimPy scans of the finalists' splits at full size."""
     from yatt.core import Mode
-    from yatt.planner.search import _Evaluator
+    from yatt.planner.simjobs import Evaluator
     from yatt.planner.space import partial_splits
 
     cost = AnalyticCostModel.for_experiment(exp)
-    ev = _Evaluator(exp, cost)
+    ev = Evaluator(exp, cost)
     w = exp.workload
     chosen = res.best.key
     t0 = time.perf_counter()

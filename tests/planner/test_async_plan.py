@@ -17,7 +17,8 @@ from yatt.planner.asyncnote import async_facts, mode_verdicts
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.emit import ASYNC_NOTE, Framework
 from yatt.planner.placement_text import parse_placement, placement_text
-from yatt.planner.search import async_steps, search
+from yatt.planner.candidate import async_steps
+from yatt.planner.search import search
 from yatt.planner.space import async_splits, async_trainer_fits
 
 THREE = (Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC)

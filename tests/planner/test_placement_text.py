@@ -54,10 +54,10 @@ def test_pipelined_trainer_lays_out_like_the_search():
     # plan the search simulated, so `--placement` scores the same thing the ranking shows
     from yatt.planner.assess import plan_key
     from yatt.planner.costmodel import AnalyticCostModel
-    from yatt.planner.search import _Evaluator
+    from yatt.planner.simjobs import Evaluator
 
     exp70 = load_experiment(ROOT / "configs/llama70b-h100x16.yaml")
-    ev = _Evaluator(exp70, AnalyticCostModel.for_experiment(exp70))
+    ev = Evaluator(exp70, AnalyticCostModel.for_experiment(exp70))
     key = (Mode.COLOCATE, 0, 4, 1, 4, 4, 0, 0)
     plan = ev.plan(key)
     assert plan.placement(Role.REFERENCE).pp == 4

@@ -93,15 +93,15 @@ def test_reference_tp_follows_engine_tp_choices():
 
     from yatt.core.config import load_experiment
     from yatt.core.roles import Role
-    from yatt.planner.search import _Evaluator
+    from yatt.planner.simjobs import Evaluator
     exp = load_experiment(Path(__file__).resolve().parents[2] / "configs" / "demo-cpu.yaml")
     cost = AnalyticCostModel.for_experiment(exp)
     exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1,)))
-    ev = _Evaluator(exp, cost)
+    ev = Evaluator(exp, cost)
     plan = ev.plan((Mode.COLOCATE, 0, 1, 1, 2, 1, 0, 0))
     assert plan.placement(Role.TRAINER).tp == 2 and plan.placement(Role.REFERENCE).tp == 1
     exp2 = dataclasses.replace(exp, search=dataclasses.replace(exp.search, engine_tp_choices=(1, 2)))
-    assert _Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2, 1, 0, 0)).placement(Role.REFERENCE).tp == 2
+    assert Evaluator(exp2, cost).plan((Mode.COLOCATE, 0, 1, 1, 2, 1, 0, 0)).placement(Role.REFERENCE).tp == 2
 
 
 def test_local_split_simulates_its_only_split():

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from yatt.core import ClusterSpec, DistKind, Experiment, LengthDist, Mode, SearchSpec, Workload, catalog
-from yatt.planner import search as search_mod
+from yatt.planner import fullsize
 from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.refine import golden_min
 from yatt.planner.search import search
@@ -70,7 +70,7 @@ def test_refined_split_costs_at_most_one_percent_over_a_full_scan():
 
 
 def test_past_the_budget_the_fluid_model_prices_and_says_so(monkeypatch):
-    monkeypatch.setattr(search_mod, "SIM_BUDGET_SAMPLES", 0)
+    monkeypatch.setattr(fullsize, "SIM_BUDGET_SAMPLES", 0)
     exp = _exp(seeds=3)
     res = search(exp, AnalyticCostModel.for_experiment(exp))
     assert "priced by the fluid model at full size" in res.note

@@ -28,7 +28,7 @@ from yatt.planner.explain import dp_text, peak_memory
 from yatt.planner.advice import PlanResult
 from yatt.planner.emit import Framework
 from yatt.planner.ranking import write_csv
-from yatt.planner.search import SearchResult
+from yatt.planner.candidate import SearchResult
 from yatt.planner.sizes import parse_gpu_sizes
 
 from .common import (LazyProgress, check_not_inputs, check_out_dir, check_out_file, check_top,

@@ -14,7 +14,7 @@ from yatt.planner.advice import PlanResult
 from yatt.planner.costs import cost_view, dollars, hours
 from yatt.planner.explain import peak_memory
 from yatt.planner.placement_text import placement_text
-from yatt.planner.search import Candidate
+from yatt.planner.candidate import Candidate
 from yatt.core.roles import Mode
 
 from .common import shown

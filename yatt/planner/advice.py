@@ -24,7 +24,8 @@ from .emit import Emission, Framework, emit, parse_framework
 from .asyncnote import mode_verdicts
 from .placement_text import placement_text
 from .ranking import device_ranges, ranking_rows
-from .search import Candidate, Progress, SearchResult, search
+from .candidate import Candidate, Progress, SearchResult
+from .search import search
 from .sizes import resize
 
 SUMMARY_SCHEMA = "yatt.plan-summary/1"

@@ -23,7 +23,7 @@ from yatt.sim.simulate import simulate
 
 from .explain import role_memory, timeline_facts
 from .placement_text import placement_text
-from .search import Candidate, Key, Progress, SeedRun, sim_steps
+from .candidate import Candidate, Key, Progress, SeedRun, sim_steps
 
 
 def plan_key(plan: Plan) -> Key:

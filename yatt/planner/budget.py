@@ -20,7 +20,9 @@ from yatt.core.roles import Mode
 from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
-from .search import async_steps, placeable_space, slice_experiment, slice_factor
+from .candidate import async_steps
+from .search import placeable_space
+from .fullsize import slice_experiment, slice_factor
 from .sizes import resize
 
 FIRST_SPLIT_SIMS = 20   # a guarded ternary split search: 5-point grid, refine, bounded scan

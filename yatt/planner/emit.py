@@ -39,7 +39,7 @@ from yatt.core.roles import Mode, RewardSource, Role
 from . import memory
 from .assess import same_placement, score_plan
 from .placement_text import placement_text
-from .search import Candidate, Progress
+from .candidate import Candidate, Progress
 from .splitsearch import search_split
 
 

@@ -27,7 +27,7 @@ from yatt.core.schema import from_dict, spec_field
 from .assess import score_plan, union_seconds
 from .costmodel import AnalyticCostModel
 from .ranking import device_ranges
-from .search import Candidate
+from .candidate import Candidate
 
 SEEDS = 3
 REGISTRY = "published/published.yaml"

@@ -17,7 +17,7 @@ from yatt.core.safeio import atomic_write
 from .costs import Pricing, cost_view
 from .explain import peak_memory
 from .placement_text import placement_text
-from .search import Candidate
+from .candidate import Candidate
 
 ROLES = (Role.ROLLOUT, Role.GENRM, Role.TRAINER, Role.REFERENCE)
 

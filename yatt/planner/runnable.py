@@ -13,7 +13,8 @@ from yatt.core.plan import Experiment
 from yatt.core.roles import Mode
 from yatt.core.runnable import executor_search
 
-from .search import SearchResult, search
+from .candidate import SearchResult
+from .search import search
 
 
 def plan_for_executor(exp: Experiment, cost, mode: Optional[Mode] = None, *, top: int = 3,
