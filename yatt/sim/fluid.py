@@ -38,12 +38,11 @@ from yatt.core import (CostModel, Mode, Phase, Plan, RewardSource, Role, SpanRec
 from yatt.core.schedule import step_schedule
 
 from .contention import engine_cost
+from .fluid_engines import EngineRole, JudgeStream, StepTable
 from .pool import StepPool, step_pool
 from .simulate import switch, weight_sync
 from .trainer import Split, rank_phase, train_epochs
 
-CTX_POINTS = 48     # per-sequence contexts in a step table
-GRID = 1000         # time points of the streamed-judging integration
 HEAVY = 8           # trainer ranks priced per pass (the most loaded under the snake split)
 
 
@@ -57,45 +56,17 @@ class FluidStep:
     trainer_s: float        # finish phases: release, trainer passes, reload, weight sync
 
 
-class _StepTable:
-    """`decode_step_time(model, tp, B, ctx)` tabulated for B = 1..bmax on a geometric grid of
-    per-sequence contexts; `time(B, ctx)` interpolates (vectorised)."""
-
-    def __init__(self, cost: CostModel, model, tp: int, bmax: int, cmax: float) -> None:
-        self.bmax = max(1, bmax)
-        self.ctx = np.geomspace(1.0, max(2.0, cmax), CTX_POINTS)
-        self.tab = np.array([[cost.decode_step_time(model, tp, b, c) for c in self.ctx]
-                             for b in range(1, self.bmax + 1)])
-        self._lc = np.log(self.ctx)
-
-    def time(self, batch: np.ndarray, ctx: np.ndarray) -> np.ndarray:
-        """Step seconds at (fractional) batch `batch` >= 1 and mean context `ctx` per sequence."""
-        b = np.clip(np.asarray(batch, float), 1.0, self.bmax)
-        x = np.interp(np.log(np.maximum(np.asarray(ctx, float), 1.0)), self._lc,
-                      np.arange(CTX_POINTS, dtype=float))
-        i = np.minimum(x.astype(np.int64), CTX_POINTS - 2)
-        fx = x - i
-        lo = np.minimum(b.astype(np.int64), self.bmax) - 1
-        hi = np.minimum(lo + 1, self.bmax - 1)
-        fb = b - (lo + 1)
-        t = self.tab
-
-        def at(row: np.ndarray) -> np.ndarray:
-            return t[row, i] * (1 - fx) + t[row, i + 1] * fx
-        return at(lo) * (1 - fb) + at(hi) * fb
-
-
 class FluidModel:
     """Fluid step times for plans of one experiment; caches step tables and the trainer's
     finish phases across calls (they do not depend on the GPU split)."""
 
     def __init__(self, cost: CostModel) -> None:
         self.cost = cost
-        self._tables: dict[tuple, _StepTable] = {}
+        self._tables: dict[tuple, StepTable] = {}
         self._pools: dict[tuple, tuple[Workload, StepPool]] = {}
         self._trainer: dict[tuple, float] = {}
         self._lengths: dict[tuple, dict[int, float]] = {}
-        self._roles: dict[tuple, "_Role"] = {}
+        self._roles: dict[tuple, EngineRole] = {}
 
     # ---- public ----------------------------------------------------------------------
     def pool(self, workload: Workload, seed: int) -> StepPool:
@@ -129,7 +100,7 @@ class FluidModel:
             vals.append(v)
         return np.array(vals, float)[inv]
 
-    def table(self, plan: Plan, role: Role, cost: CostModel, factor: float, cmax: float) -> _StepTable:
+    def table(self, plan: Plan, role: Role, cost: CostModel, factor: float, cmax: float) -> StepTable:
         """The step table of a role's engines (`cost`: their contended cost model, slower
         by `factor`)."""
         pl = plan.placement(role)
@@ -138,25 +109,8 @@ class FluidModel:
         key = (factor, plan.model_for(role).name, pl.tp, bmax, round(cmax, -2))
         tab = self._tables.get(key)
         if tab is None:
-            tab = self._tables[key] = _StepTable(cost, plan.model_for(role), pl.tp, bmax, cmax)
+            tab = self._tables[key] = StepTable(cost, plan.model_for(role), pl.tp, bmax, cmax)
         return tab
-
-
-@dataclass
-class _Role:
-    """One generating role's engines: what a batch of requests costs on them."""
-
-    engines: int
-    tp: int
-    kv: int
-    max_seqs: int
-    inp: np.ndarray       # per pool sample: input tokens for this role
-    out: np.ndarray       # decode steps (>= 1)
-    pf: np.ndarray        # prefill on an idle engine
-    pj: np.ndarray        # prefill joining a decoding batch
-    call: object          # requests -> seconds of an engine call
-    table: _StepTable
-    rank: np.ndarray      # per pool sample: its place in (finish step, index) order
 
 
 class _FluidStep:
@@ -179,7 +133,7 @@ class _FluidStep:
         self.cap = int(pool.group_round.max()) if g else 0
 
     # ---- engines -----------------------------------------------------------------------
-    def _role(self, role: Role, busy: int) -> _Role:
+    def _role(self, role: Role, busy: int) -> EngineRole:
         """The role's engines on this plan; per-sample arrays cached per (model, TP, pool)."""
         plan, cost = self.plan, self.cost
         pl, model = plan.placement(role), plan.model_for(role)
@@ -208,11 +162,11 @@ class _FluidStep:
         steps = np.maximum(1, out).astype(np.int64)
         rank = np.empty(len(steps), np.int64)          # place in (finish step, index) order
         rank[np.lexsort((np.arange(len(steps)), steps))] = np.arange(len(steps))
-        r = self.fm._roles[key] = _Role(len(pl.groups()), pl.tp, max(1, kv), max_seqs,
+        r = self.fm._roles[key] = EngineRole(len(pl.groups()), pl.tp, max(1, kv), max_seqs,
                                         inp.astype(np.int64), steps, pf, pj, call, table, rank)
         return r
 
-    def _batch(self, r: _Role, items: np.ndarray, t0: float) -> np.ndarray:
+    def _batch(self, r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
         """Completion times of `items` handed to idle engines at t0 in one call each
         (round robin from engine 0, as `Router.submit_all` deals them)."""
         n = len(items)
@@ -248,7 +202,7 @@ class _FluidStep:
                                          start_s=float(lo[e]), end_s=float(hi[e]),
                                          name=f"{role.value}[{e}] {label}".rstrip()))
 
-    def _batch_fit(self, r: _Role, items: np.ndarray, eng: np.ndarray, counts: np.ndarray,
+    def _batch_fit(self, r: EngineRole, items: np.ndarray, eng: np.ndarray, counts: np.ndarray,
                    t0: float) -> np.ndarray:
         """Engines whose whole batch is admitted at once: one decode interval per distinct
         finish step, vectorised over every engine."""
@@ -285,7 +239,7 @@ class _FluidStep:
         out[order] = t0 + (owed + calls)[e_s] + cum
         return out
 
-    def _batch_loop(self, r: _Role, items: np.ndarray, t0: float) -> np.ndarray:
+    def _batch_loop(self, r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
         """One engine's continuous batching when its requests do not all fit at once."""
         t = t0 + r.call(len(items))
         waiting = list(items.tolist())[::-1]
@@ -380,7 +334,7 @@ class _FluidStep:
         gr = self._role(Role.GENRM, busy) if self.has_genrm else None
         items = self._members(pool.round_groups(0))
         # rollout completion times on the rollout's own clock: it stops while the GenRM
-        # queue holds it back (`_Stream` maps it to wall time)
+        # queue holds it back (`JudgeStream` maps it to wall time)
         tau = self._batch(ro, items, 0.0)
         began = np.zeros(len(items))
         grid, least = self._least_loaded(tau, ro.engines)
@@ -393,7 +347,7 @@ class _FluidStep:
             if gr is not None:
                 # each pass judges every arrival so far; a round's own times come from the
                 # pass that first sees it (later rounds add little load to its judging)
-                stream = _Stream(gr, plan.experiment.engine.queue_capacity, items[by_tau],
+                stream = JudgeStream(gr, plan.experiment.engine.queue_capacity, items[by_tau],
                                  tau[by_tau], mine[by_tau])
                 judged[by_tau[mine[by_tau]]] = stream.judged
             else:
@@ -436,7 +390,7 @@ class _FluidStep:
         return max(self.work_end[Role.GENRM], self.work_end[Role.ROLLOUT])
 
     def _partial_spans(self, items: np.ndarray, start: np.ndarray, wall: np.ndarray,
-                       stream: Optional["_Stream"]) -> None:
+                       stream: Optional[JudgeStream]) -> None:
         """Rollout: each engine busy until its dealt batch is done; a replacement request
         runs on the engine free first. GenRM: the pool's occupancy."""
         first = int((self.pool.round[items] == 0).sum())
@@ -476,7 +430,7 @@ class _FluidStep:
                                              end_s=float(T[min(hi, len(T) - 1)]),
                                              name=f"genrm[{e}] (pool occupancy)"))
 
-    def _replacements(self, ro: _Role, new: np.ndarray, launch: np.ndarray, grid: np.ndarray,
+    def _replacements(self, ro: EngineRole, new: np.ndarray, launch: np.ndarray, grid: np.ndarray,
                       least: np.ndarray) -> np.ndarray:
         """When replacement requests launched at `launch` (rollout clock) finish: each joins
         the least-loaded engine, waits while that engine's batch is full, then decodes at its
@@ -594,113 +548,6 @@ class _FluidStep:
                                                     "dropped_groups": int(pool.group_dropped.sum()),
                                                     "kept": int(kept.sum())}]})
         return Trace(meta, tuple(samples), tuple(self.spans))
-
-
-class _Stream:
-    """Streamed judging (partial colocate) in the mean field: the GenRM engines share the
-    arrivals, each holding the pool's mean batch. Integrated on a time grid:
-
-    - arrivals come from the rollout's schedule on its own clock, which stops while the
-      requests waiting for a GenRM slot exceed the queue capacity (the router holds the
-      rollout engines back);
-    - a waiting request is admitted while the pool has a free slot (max_num_seqs per
-      engine) and owes its prefill, priority work drained at the pool's rate, first come
-      first served;
-    - after its prefill a request decodes its verdict at the step rate of the mean batch.
-
-    Per-request times are read back from the integrated curves (arrivals, admissions,
-    prefill done, decode steps), which are monotone.
-    """
-
-    def __init__(self, r: "_Role", queue_cap: int, it: np.ndarray, taus: np.ndarray,
-                 want: np.ndarray) -> None:
-        """`it`, `taus`: requests and their arrival on the rollout's clock, in arrival
-        order; `judged` holds the judgement times of those where `want`, in that order."""
-        n, E = len(it), r.engines
-        work = (r.pj[it] + r.call(1)) / E
-        S = np.cumsum(work)
-        steps = r.out[it].astype(float)
-        ctx = float(np.mean(r.inp[it] + steps / 2.0)) if n else 1.0
-        tab = r.table
-        per_b = tab.time(np.arange(1, tab.bmax + 1, dtype=float), np.full(tab.bmax, ctx))
-        slots = E * r.max_seqs
-        horizon = (float(taus[-1]) if n else 0.0) + float(S[-1] if n else 0.0) \
-            + (float(steps.max()) if n else 0.0) * float(per_b[-1]) + 1.0
-        dt = horizon / GRID
-        limit = 50 * GRID
-        # decode steps the pool can take: at most one per fastest step over the horizon,
-        # times the grid's extensions, plus the longest verdict
-        due = np.zeros(int(50 * horizon / float(per_b[0])) + int(steps.max() if n else 0) + 16)
-        top = len(due) - 1
-        # the rollout's clock only moves in whole grid steps: arrivals by each of them
-        arrived_by = np.searchsorted(taus, np.arange(limit + 1) * dt, side="right").tolist()
-        S_l = S * (1 - 1e-9)                       # prefill sums round differently in the loop
-        t = v = pd = backlog = 0.0
-        ticks = arrived = admitted = entered = 0
-        waiting = in_batch = 0
-        T, TAU, V, PD, ADM, BUSY = [0.0], [0.0], [0.0], [0.0], [0.0], [0.0]
-        done = 0
-        while done < n and len(T) < limit:
-            # arrivals: the rollout runs unless the waiting queue is over capacity
-            if waiting < queue_cap:
-                ticks += 1
-                k = arrived_by[ticks]
-                waiting += k - arrived
-                arrived = k
-            # admissions into free slots; each owes its prefill
-            adm = min(waiting, slots - in_batch)
-            if adm > 0:
-                waiting -= adm
-                in_batch += adm
-                backlog += float(S[admitted + adm - 1] - (S[admitted - 1] if admitted else 0.0))
-                admitted += adm
-            pre = min(backlog, dt)
-            backlog -= pre
-            pd += pre
-            # requests whose prefill is done start decoding their verdicts
-            k = min(int(S_l.searchsorted(pd, side="right")), admitted)
-            if k > entered:
-                tg = v + steps[entered:k]
-                np.add.at(due, np.minimum(np.ceil(tg).astype(np.int64), top), 1.0)
-                entered = k
-            b = min(tab.bmax, max(1, int(round(in_batch / E))))
-            v_new = v + (dt - pre) / float(per_b[b - 1])
-            i0, i1 = int(v) + 1, min(int(v_new), top)
-            if i1 >= i0:
-                c = int(round(float(due[i0:i1 + 1].sum())))
-                done += c
-                in_batch -= c
-            v = v_new
-            t += dt
-            T.append(t)
-            TAU.append(ticks * dt)
-            V.append(v)
-            PD.append(pd)
-            ADM.append(float(admitted))
-            BUSY.append(float(E) if backlog > 0 else float(in_batch))
-        ramp = np.arange(len(T)) * 1e-9          # strictly increasing, for interpolation
-        self.T, self.TAU = np.array(T), np.array(TAU) + ramp
-        self._busy = np.minimum(np.ceil(np.array(BUSY)), E)
-        Vg, PDg, ADMg = np.array(V) + ramp, np.array(PD) + ramp, np.array(ADM) + ramp
-        sel = np.flatnonzero(want)
-        arrive = self.wall(taus[sel])
-        admit = np.maximum(np.interp(sel + 1.0, ADMg, self.T), arrive)
-        p_end = np.maximum(np.interp(S[sel], PDg, self.T), admit)
-        target = np.interp(p_end, self.T, Vg) + steps[sel]
-        self.judged = np.maximum(np.interp(target, Vg, self.T), p_end)
-
-    def busy_engines(self) -> np.ndarray:
-        """Engines with work at each grid time: all while prefill is owed, else one per
-        running request up to all of them."""
-        return self._busy
-
-    def wall(self, tau: np.ndarray) -> np.ndarray:
-        """Wall time at which the rollout's own clock reads `tau`."""
-        return np.interp(tau, self.TAU, self.T)
-
-    def rollout_clock(self, t: np.ndarray) -> np.ndarray:
-        """The rollout's own clock at wall time `t`."""
-        return np.interp(t, self.T, self.TAU)
 
 
 def fluid_step(plan: Plan, workload: Workload, cost: CostModel, seed: int = 0,
