@@ -15,7 +15,8 @@ from yatt.core.runnable import check_runnable
 from yatt.planner.advice import plan_experiment
 from yatt.planner.asyncnote import async_facts, mode_verdicts
 from yatt.planner.costmodel import AnalyticCostModel
-from yatt.planner.emit import ASYNC_NOTE, Framework
+from yatt.planner.emit import ASYNC_NOTE
+from yatt.planner.frameworks import Framework
 from yatt.planner.placement_text import parse_placement, placement_text
 from yatt.planner.candidate import async_steps
 from yatt.planner.search import search

@@ -12,8 +12,8 @@ import pytest
 from yatt.core import InputError, RewardSource, Role
 from yatt.core.config import load_experiment
 from yatt.planner.costmodel import AnalyticCostModel
-from yatt.planner.emit import (Framework, cannot_express, emission_text, emit, families,
-                               parse_framework, static_target)
+from yatt.planner.emit import cannot_express, emission_text, emit, families, static_target
+from yatt.planner.frameworks import Framework, parse_framework
 from yatt.planner.placement_text import parse_placement
 from yatt.planner.assess import score_plan
 

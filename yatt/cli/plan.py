@@ -26,7 +26,7 @@ from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.asyncnote import mode_verdicts
 from yatt.planner.explain import dp_text, peak_memory
 from yatt.planner.advice import PlanResult
-from yatt.planner.emit import Framework
+from yatt.planner.frameworks import Framework
 from yatt.planner.ranking import write_csv
 from yatt.planner.candidate import SearchResult
 from yatt.planner.sizes import parse_gpu_sizes

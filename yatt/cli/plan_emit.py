@@ -10,7 +10,8 @@ from typing import Optional
 
 from yatt.core.errors import InputError
 from yatt.core.safeio import write_text
-from yatt.planner.emit import Emission, Framework, layout_text, parse_framework
+from yatt.planner.emit import Emission, layout_text
+from yatt.planner.frameworks import Framework, parse_framework
 
 
 def parse_frameworks(text: Optional[str]) -> list[Framework]:

@@ -20,7 +20,8 @@ from yatt.core.trace import Trace
 
 from .assess import gap_text, score_plan, with_prediction
 from .costs import Pricing, cost_view
-from .emit import Emission, Framework, emit, parse_framework
+from .emit import Emission, emit
+from .frameworks import Framework, parse_framework
 from .asyncnote import mode_verdicts
 from .placement_text import placement_text
 from .ranking import device_ranges, ranking_rows

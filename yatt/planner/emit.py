@@ -6,7 +6,7 @@ says which, in plain words, and when the chosen placement is not expressible it 
 the framework's nearest layouts as yatt Plans, simulates them, and emits the fastest,
 with its own predicted step time.
 
-What each framework expresses (option names: `OPTIONS_FOR`; the reasoning, with sources:
+What each framework expresses (option names: `frameworks.OPTIONS_FOR`; the reasoning, with sources:
 docs/plan.md):
 - verl: full colocate, GenRM included (the hybrid engine with a colocate-mode reward
   model), and a GenRM on its own resource pool that scores each sample as its rollout
@@ -28,57 +28,23 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from enum import Enum
 from typing import Any, Callable, Optional, Sequence
 
 from yatt.core.costmodel import CostModel
 from yatt.core.errors import InputError
-from yatt.core.plan import Experiment, Parallel, Plan, RolePlacement
-from yatt.core.roles import Mode, RewardSource, Role
+from yatt.core.plan import Parallel, Plan
+from yatt.core.roles import Mode, Role
 
 from . import memory
 from .assess import same_placement, score_plan
 from .placement_text import placement_text
 from .candidate import Candidate, Progress
+from .emit_render import render
+from .frameworks import OPTIONS_FOR, Framework, has_genrm, node_pool, trainer_of
 from .splitsearch import search_split
 
 
-class Framework(str, Enum):
-    VERL = "verl"
-    OPENRLHF = "openrlhf"
-    NEMO_RL = "nemo-rl"
-
-
-# Which release and files the option names below were checked against.
-OPTIONS_FOR: dict[Framework, str] = {
-    Framework.VERL: "verl main as of 2026 (the reward.* config layout of PR #5255, after the 0.7 "
-                    "release): verl/trainer/config/{rollout/rollout.yaml, engine/megatron.yaml, "
-                    "reward/reward.yaml}, docs/advance/reward_loop.rst (2026-02-10)",
-    Framework.OPENRLHF: "OpenRLHF 0.8.x: openrlhf/cli/train_ppo_ray.py @021d1b0, "
-                        "docs/source/hybrid_engine.rst, docs/source/remote_rm.rst",
-    Framework.NEMO_RL: "NeMo-RL 0.5 (nemo_rl/package_info.py): examples/configs/grpo_math_1B.yaml "
-                       "@00294d9, docs/cluster.md; the NeMo-Gym GenRM keys (env.nemo_gym.*) as the "
-                       "Nemotron 3 Super RLHF launch scripts set them",
-}
-
-
-def parse_framework(text: str) -> Framework:
-    try:
-        return Framework(text.strip())
-    except ValueError:
-        raise InputError(f"got {text.strip()[:30]!r}; allowed: "
-                         + "|".join(f.value for f in Framework), field="--emit") from None
-
-
 # ---- what a framework can express ---------------------------------------------------------
-
-def _has_genrm(plan: Plan) -> bool:
-    return plan.experiment.algo.reward is RewardSource.GENRM and plan.has(Role.GENRM)
-
-
-def _trainer(plan: Plan) -> RolePlacement:
-    return plan.placement(Role.TRAINER)
-
 
 # Why an async placement is not emitted, per framework.
 ASYNC_NOTE: dict[Framework, str] = {
@@ -95,7 +61,7 @@ ASYNC_NOTE: dict[Framework, str] = {
 def cannot_express(fw: Framework, plan: Plan) -> tuple[str, ...]:
     """Why `fw` cannot run `plan` as it is (empty: it can)."""
     out: list[str] = []
-    genrm = _has_genrm(plan)
+    genrm = has_genrm(plan)
     if fw is Framework.VERL:
         if plan.mode is Mode.PARTIAL and genrm:
             out.append("training cannot reuse the GenRM's GPUs: a GenRM on its own resource pool "
@@ -107,9 +73,9 @@ def cannot_express(fw: Framework, plan: Plan) -> tuple[str, ...]:
                        "reach through --remote_rm_url, so it cannot sleep and wake on the training "
                        "GPUs" + (", and training cannot reuse its GPUs" if plan.mode is Mode.PARTIAL
                                  else ""))
-        if _trainer(plan).pp > 1:
+        if trainer_of(plan).pp > 1:
             out.append("DeepSpeed training has no pipeline parallelism (trainer pp must be 1)")
-        if plan.has(Role.REFERENCE) and plan.placement(Role.REFERENCE).tp != _trainer(plan).tp:
+        if plan.has(Role.REFERENCE) and plan.placement(Role.REFERENCE).tp != trainer_of(plan).tp:
             out.append("the reference runs at the actor's --ds_tensor_parallel_size")
     elif fw is Framework.NEMO_RL:
         if genrm:
@@ -130,19 +96,6 @@ class Family:
 
     def nearest(self, r: int) -> int:
         return min(self.splits, key=lambda s: (abs(s - r), s))
-
-
-def _pool(count: int, per_node: int, tp: int) -> Optional[tuple[int, int]]:
-    """(nodes, GPUs per node) of a resource pool of `count` GPUs whose TP groups stay
-    inside a node: whole nodes, one partial node, or equal slices of nodes."""
-    if count <= per_node:
-        return (1, count) if count % tp == 0 else None
-    if count % per_node == 0:
-        return count // per_node, per_node
-    for d in range(per_node, 0, -1):
-        if count % d == 0 and d % tp == 0:
-            return count // d, d
-    return None
 
 
 def _split_plan(plan: Plan, r: int) -> Plan:
@@ -174,7 +127,7 @@ def _no_pp(plan: Plan) -> Plan:
 def _same_ref_tp(plan: Plan) -> Plan:
     if not plan.has(Role.REFERENCE):
         return plan
-    ttp = _trainer(plan).tp
+    ttp = trainer_of(plan).tp
     places = tuple(dataclasses.replace(p, tp=ttp) if p.role is Role.REFERENCE else p
                    for p in plan.placements)
     return dataclasses.replace(plan, placements=places)
@@ -182,7 +135,7 @@ def _same_ref_tp(plan: Plan) -> Plan:
 
 def _trainer_fits(plan: Plan, devices: int) -> bool:
     exp = plan.experiment
-    t = _trainer(plan)
+    t = trainer_of(plan)
     if devices % (t.tp * t.pp):
         return False
     par = Parallel(t.tp, t.pp, devices // (t.tp * t.pp))
@@ -204,7 +157,7 @@ def _split_family(fw: Framework, plan: Plan, label: str, whole_nodes: bool) -> O
     if fw is Framework.OPENRLHF:
         base = _same_ref_tp(_no_pp(base))
     rp, gp = base.placement(Role.ROLLOUT), base.placement(Role.GENRM)
-    t = _trainer(base)
+    t = trainer_of(base)
     ref_tp = base.placement(Role.REFERENCE).tp if base.has(Role.REFERENCE) else 1
     step = math.lcm(rp.tp, t.tp * t.pp, ref_tp)
     splits = []
@@ -214,7 +167,7 @@ def _split_family(fw: Framework, plan: Plan, label: str, whole_nodes: bool) -> O
             continue
         if whole_nodes and (g % per or (r % per and c.nodes > 1)):
             continue
-        if fw is Framework.VERL and (_pool(r, per, step) is None or _pool(g, per, gp.tp) is None):
+        if fw is Framework.VERL and (node_pool(r, per, step) is None or node_pool(g, per, gp.tp) is None):
             continue
         if _valid(lambda x: _split_plan(base, x), r):
             splits.append(r)
@@ -230,7 +183,7 @@ def families(fw: Framework, plan: Plan, colocate: Optional[Plan] = None) -> list
     (else the plan's own TPs on every device)."""
     if not cannot_express(fw, plan):
         return []
-    genrm = _has_genrm(plan)
+    genrm = has_genrm(plan)
     out: list[Optional[Family]] = []
     if fw is Framework.VERL:
         out.append(_split_family(fw, plan, "GenRM on its own resource pool, scoring each sample "
@@ -251,162 +204,6 @@ def families(fw: Framework, plan: Plan, colocate: Optional[Plan] = None) -> list
                                  "generation colocated with the policy on the rest",
                                  whole_nodes=True))
     return [f for f in out if f is not None]
-
-
-# ---- rendering ----------------------------------------------------------------------------
-
-def _w(plan: Plan):
-    return plan.experiment.workload
-
-
-def _mini_batch(exp: Experiment) -> int:
-    """Prompts per optimizer step (verl's ppo_mini_batch_size)."""
-    return max(1, exp.workload.prompts_per_step // exp.algo.mini_batches)
-
-
-def _models(plan: Plan) -> list[str]:
-    exp = plan.experiment
-    lines = [f'ACTOR_MODEL="path/to/{exp.actor.name}"    # HF checkpoint of the actor']
-    if _has_genrm(plan):
-        assert exp.genrm is not None
-        lines.append(f'GENRM_MODEL="path/to/{exp.genrm.name}"    # HF checkpoint of the GenRM')
-    return lines
-
-
-def _n(k: int, noun: str) -> str:
-    return f"{k} {noun}" + ("" if k == 1 else "s")
-
-
-def _cmd(head: str, args: Sequence[str]) -> list[str]:
-    return [head + " \\"] + [f"  {a} \\" for a in args[:-1]] + [f"  {args[-1]}"]
-
-
-def _render_verl(plan: Plan) -> list[str]:
-    exp, w = plan.experiment, _w(plan)
-    per = plan.cluster.gpus_per_node
-    ro, t = plan.placement(Role.ROLLOUT), _trainer(plan)
-    hybrid = len(t.devices)
-    nodes, gpn = _pool(hybrid, per, math.lcm(ro.tp, t.tp * t.pp)) or (0, 0)
-    a = [f"algorithm.adv_estimator={'grpo' if w.samples_per_prompt > 1 else 'reinforce_plus_plus'}",
-         f"data.train_batch_size={w.prompts_per_step}",
-         f"data.max_prompt_length={w.prompt_len.upper()}",
-         f"data.max_response_length={w.response_len.upper()}",
-         f"actor_rollout_ref.rollout.n={w.samples_per_prompt}",
-         f"actor_rollout_ref.actor.ppo_mini_batch_size={_mini_batch(exp)}",
-         f"actor_rollout_ref.actor.ppo_epochs={exp.algo.ppo_epochs}",
-         'actor_rollout_ref.model.path="$ACTOR_MODEL"',
-         "actor_rollout_ref.hybrid_engine=True",
-         f"actor_rollout_ref.actor.megatron.tensor_model_parallel_size={t.tp}",
-         f"actor_rollout_ref.actor.megatron.pipeline_model_parallel_size={t.pp}"]
-    if plan.has(Role.REFERENCE):
-        rf = plan.placement(Role.REFERENCE)
-        a += [f"actor_rollout_ref.ref.megatron.tensor_model_parallel_size={rf.tp}",
-              f"actor_rollout_ref.actor.use_kl_loss=True actor_rollout_ref.actor.kl_loss_coef={exp.algo.kl_coef:g}"]
-    a += ["actor_rollout_ref.rollout.name=vllm",
-          f"actor_rollout_ref.rollout.tensor_model_parallel_size={ro.tp}",
-          f"actor_rollout_ref.rollout.gpu_memory_utilization={exp.engine.gpu_memory_utilization:g}",
-          f"actor_rollout_ref.rollout.max_num_seqs={exp.engine.max_num_seqs}"]
-    if _has_genrm(plan):
-        g = plan.placement(Role.GENRM)
-        standalone = plan.mode is Mode.PARTIAL
-        a += ["reward.reward_model.enable=True",
-              'reward.reward_model.model_path="$GENRM_MODEL"',
-              "reward.reward_model.rollout.name=vllm",
-              f"reward.reward_model.rollout.tensor_model_parallel_size={g.tp}",
-              f"reward.reward_model.rollout.gpu_memory_utilization={exp.engine.gpu_memory_utilization:g}",
-              'reward.custom_reward_function.path="$GENRM_SCORE_FN"',
-              f"reward.reward_model.enable_resource_pool={standalone}"]
-        if standalone:
-            gn, gg = _pool(len(g.devices), per, g.tp) or (0, 0)
-            a += [f"reward.reward_model.nnodes={gn}", f"reward.reward_model.n_gpus_per_node={gg}"]
-    a += [f"trainer.nnodes={nodes}", f"trainer.n_gpus_per_node={gpn}"]
-    pre = _models(plan)
-    if _has_genrm(plan):
-        pre.append('GENRM_SCORE_FN="path/to/genrm_score.py"    # builds the judging prompt, '
-                   "calls the GenRM, parses its verdict")
-    return pre + _cmd("python3 -m verl.trainer.main_ppo --config-name=ppo_megatron_trainer", a)
-
-
-def _render_openrlhf(plan: Plan) -> list[str]:
-    exp, w = plan.experiment, _w(plan)
-    per = plan.cluster.gpus_per_node
-    ro, t = plan.placement(Role.ROLLOUT), _trainer(plan)
-    k = len(t.devices)
-    nodes, gpn = (k // per, per) if k % per == 0 else (1, k)
-    a = ["--pretrain \"$ACTOR_MODEL\"",
-         f"--actor_num_nodes {nodes} --actor_num_gpus_per_node {gpn}"]
-    if plan.has(Role.REFERENCE):
-        a.append(f"--ref_num_nodes {nodes} --ref_num_gpus_per_node {gpn}")
-    a += [f"--vllm_num_engines {len(ro.devices) // ro.tp} --vllm_tensor_parallel_size {ro.tp}",
-          f"--vllm_gpu_memory_utilization {exp.engine.gpu_memory_utilization:g}",
-          "--colocate_all_models --vllm_enable_sleep --deepspeed_enable_sleep",
-          f"--ds_tensor_parallel_size {t.tp}",
-          f"--advantage_estimator {'group_norm' if w.samples_per_prompt > 1 else 'reinforce'}",
-          f"--rollout_batch_size {w.prompts_per_step} --n_samples_per_prompt {w.samples_per_prompt}",
-          f"--train_batch_size {_mini_batch(exp) * w.samples_per_prompt}",
-          f"--max_epochs {exp.algo.ppo_epochs}",
-          f"--prompt_max_len {w.prompt_len.upper()} --generate_max_len {w.response_len.upper()}",
-          f"--init_kl_coef {exp.algo.kl_coef if plan.has(Role.REFERENCE) else 0:g}",
-          "--remote_rm_url \"$REWARD_FN\""]
-    pre = _models(plan)
-    if _has_genrm(plan):
-        g = plan.placement(Role.GENRM)
-        pre += ["REWARD_FN=\"path/to/reward_func.py\"    # posts each sample to the GenRM servers, "
-                "returns its verdict",
-                f"# The GenRM runs outside OpenRLHF on the other {len(g.devices)} GPUs: "
-                f"{_n(len(g.devices) // g.tp, 'server')} of",
-                f"#   vllm serve \"$GENRM_MODEL\" --tensor-parallel-size {g.tp} "
-                f"--gpu-memory-utilization {exp.engine.gpu_memory_utilization:g}",
-                "# behind one router that REWARD_FN calls."]
-    else:
-        pre.append("REWARD_FN=\"path/to/reward_func.py\"    # the task's rule reward")
-    return pre + _cmd("ray job submit --address=\"http://127.0.0.1:8265\" -- "
-                      "python3 -m openrlhf.cli.train_ppo_ray", a)
-
-
-def _render_nemo_rl(plan: Plan) -> list[str]:
-    exp, w = plan.experiment, _w(plan)
-    per = plan.cluster.gpus_per_node
-    ro, t = plan.placement(Role.ROLLOUT), _trainer(plan)
-    k = len(t.devices)
-    nodes, gpn = (k // per, per) if k % per == 0 else (1, k)
-    genrm = _has_genrm(plan)
-    a = [f"cluster.num_nodes={nodes} cluster.gpus_per_node={gpn}",
-         'policy.model_name="$ACTOR_MODEL"',
-         "policy.megatron_cfg.enabled=true policy.dtensor_cfg.enabled=false",
-         f"policy.megatron_cfg.tensor_model_parallel_size={t.tp}",
-         f"policy.megatron_cfg.pipeline_model_parallel_size={t.pp}",
-         "policy.generation.colocated.enabled=true",
-         f"policy.generation.vllm_cfg.tensor_parallel_size={ro.tp}",
-         f"policy.generation.vllm_cfg.gpu_memory_utilization={exp.engine.gpu_memory_utilization:g}",
-         f"grpo.num_prompts_per_step={w.prompts_per_step}",
-         f"grpo.num_generations_per_prompt={w.samples_per_prompt}",
-         f"policy.max_total_sequence_length={w.prompt_len.upper() + w.response_len.upper()}",
-         f"policy.train_global_batch_size={_mini_batch(exp) * w.samples_per_prompt}",
-         f"loss_fn.reference_policy_kl_penalty={exp.algo.kl_coef if plan.has(Role.REFERENCE) else 0:g}"]
-    head = "uv run examples/run_grpo.py --config examples/configs/grpo_math_1B.yaml"
-    pre = _models(plan)
-    if genrm:
-        g = plan.placement(Role.GENRM)
-        a += [f"env.nemo_gym.num_gpu_nodes={len(g.devices) // per}",
-              'env.nemo_gym.genrm_model.responses_api_models.vllm_model.model="$GENRM_MODEL"']
-        head = ("uv run examples/nemo_gym/run_grpo_nemo_gym.py --config "
-                "\"$NEMO_GYM_GRPO_CONFIG\"")
-        pre += ["NEMO_GYM_GRPO_CONFIG=\"path/to/grpo_genrm_config.yaml\"    # a NeMo-Gym GRPO "
-                "config with a genrm_model server",
-                f"# The GenRM's {_n(len(g.devices) // per, 'node')} come on top of cluster.num_nodes; "
-                f"set its vLLM tensor parallel size to {g.tp} in that server's config."]
-    return pre + _cmd(head, a)
-
-
-_RENDER: dict[Framework, Callable[[Plan], list[str]]] = {
-    Framework.VERL: _render_verl, Framework.OPENRLHF: _render_openrlhf,
-    Framework.NEMO_RL: _render_nemo_rl}
-
-
-def render(fw: Framework, plan: Plan) -> str:
-    """The framework's settings for a plan it expresses (as a shell script body)."""
-    return "\n".join(_RENDER[fw](plan)) + "\n"
 
 
 # ---- emitting -----------------------------------------------------------------------------
@@ -503,7 +300,7 @@ def static_target(fw: Framework, plan: Plan) -> tuple[tuple[str, ...], Optional[
 def _exact_label(fw: Framework, plan: Plan) -> str:
     if fw is Framework.VERL:
         roles = "actor, rollout, reference" if plan.has(Role.REFERENCE) else "actor and rollout"
-        return ("hybrid engine with a colocate-mode GenRM" if _has_genrm(plan)
+        return ("hybrid engine with a colocate-mode GenRM" if has_genrm(plan)
                 else f"hybrid engine ({roles} on every GPU)")
     if fw is Framework.OPENRLHF:
         return "hybrid engine (--colocate_all_models)"
