@@ -39,8 +39,8 @@ from yatt.core.schedule import step_schedule
 
 from .contention import engine_cost
 from .fluid_engines import EngineRole, JudgeStream, StepTable
-from .pool import StepPool, step_pool
-from .simulate import switch, weight_sync
+from .pool import StepPool, sample_records, step_pool
+from .handoffs import switch, weight_sync
 from .trainer import Split, rank_phase, train_epochs
 
 HEAVY = 8           # trainer ranks priced per pass (the most loaded under the snake split)
@@ -518,7 +518,6 @@ class _FluidStep:
         from yatt.core import TraceMeta, TraceSource
         from yatt.core.version import yatt_version
 
-        from .simulate import _records
 
         pool, plan = self.pool, self.plan
         n = pool.n
@@ -536,7 +535,7 @@ class _FluidStep:
                    pool.genrm_out.tolist() if has_genrm else zeros, pool.reward.tolist(),
                    pool.kept.tolist(), dp_rank.tolist(), pool.round.tolist(),
                    opt(self.rollout_end), opt(self.genrm_end), zeros)
-        samples = _records(rows) if with_samples else []
+        samples = sample_records(rows) if with_samples else []
         c = plan.cluster
         kept = pool.kept
         meta = TraceMeta(source=TraceSource.SIMULATED, plan=plan, seed=seed,

@@ -13,6 +13,7 @@ not replaced (the trained batch is then smaller), as in DAPO.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
@@ -134,3 +135,17 @@ def step_pool(w: Workload, step: int, seed: int,
     if recorded is not None and recorded.get(step):
         return recorded_pool(w, step, recorded[step])
     return draw_pool(w, step, np.random.default_rng([seed, step]))
+
+
+def sample_records(rows) -> list[SampleRecord]:
+    """SampleRecords from tuples of field values (declaration order): the same objects as
+    the constructor makes, for a type without __post_init__ checks."""
+    new, put = object.__new__, object.__setattr__
+    names = tuple(f.name for f in dataclasses.fields(SampleRecord))
+    out = []
+    for row in rows:
+        r = new(SampleRecord)
+        for name, value in zip(names, row, strict=True):   # slotted: no __dict__
+            put(r, name, value)
+        out.append(r)
+    return out

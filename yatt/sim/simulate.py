@@ -26,7 +26,6 @@ to coincide. A step's time is the time between consecutive train ends; the first
 """
 from __future__ import annotations
 
-import dataclasses
 from typing import Optional, Sequence
 
 import numpy as np
@@ -39,9 +38,11 @@ from yatt.core.roles import Mode
 from yatt.core.schedule import Stage, gating_train_step, policy_version, step_schedule
 from yatt.core.version import yatt_version
 
-from .contention import engine_cost, slowdown
+from .contention import engine_cost
 from .engine import GenEngine, Router
-from .pool import StepPool, step_pool
+from .handoffs import publish_weights, switch, take_weights, weight_sync
+from .metrics import async_summary
+from .pool import StepPool, sample_records, step_pool
 from .trainer import rank_phase, split, train_epochs
 
 
@@ -433,101 +434,8 @@ class _Step:
         # per-field __setattr__ (a step can hold hundreds of thousands of samples)
         rows = zip(step, sid, pid, self.prompt, self.resp, gin, gout, reward, kept,
                    self.dp_rank, rnd, self.rollout_end, self.genrm_end, [self.version] * pool.n)
-        self.run.samples.extend(_records(rows))
+        self.run.samples.extend(sample_records(rows))
         self.run.extra.append({
             "step": self.step, "step_time_s": t_end - self.t0, "rounds": self.rounds,
             "dropped_groups": int(pool.group_dropped.sum()), "balance": self.balance,
             **({"policy_version": self.version, **self.timing} if self.timing else {})})
-
-
-def _records(rows) -> list[SampleRecord]:
-    """SampleRecords from tuples of field values (declaration order): the same objects as
-    the constructor makes, for a type without __post_init__ checks."""
-    new, put = object.__new__, object.__setattr__
-    names = tuple(f.name for f in dataclasses.fields(SampleRecord))
-    out = []
-    for row in rows:
-        r = new(SampleRecord)
-        for name, value in zip(names, row, strict=True):   # slotted: no __dict__
-            put(r, name, value)
-        out.append(r)
-    return out
-
-
-def switch(plan: Plan, cost: CostModel, stage: Stage, now: float, work_end: dict[Role, float],
-           step: int, spans: list) -> float:
-    """Cost a switch stage; roles on shared devices go one after another. Returns its end.
-    Every device whose role has a non-zero switch counts as busy for contention (the
-    executor starts the switches of a stage together). An early-release stage starts each
-    role at its own `work_end`."""
-    free: dict[int, float] = {}
-    end = now
-    costs: dict[Role, float] = {}
-    for role in stage.roles:
-        if not plan.has(role):
-            continue
-        pl, model = plan.placement(role), plan.model_for(role)
-        if stage.phase is Phase.OFFLOAD:
-            costs[role] = cost.offload_time(model, role, pl.parallel, plan.release)
-        else:
-            costs[role] = cost.reload_time(model, role, pl.parallel, plan.release)
-    busy = len({d for r, c in costs.items() if c > 0 for d in plan.placement(r).devices})
-    k = slowdown(cost, stage.phase, busy)
-    for role, c in costs.items():
-        pl = plan.placement(role)
-        c *= k
-        t0 = work_end.get(role, now) if stage.early_release else now
-        t0 = max([t0] + [free[d] for d in pl.devices if d in free])
-        spans.append(SpanRecord(step=step, role=role, phase=stage.phase, devices=pl.devices,
-                                start_s=t0, end_s=t0 + c, name=f"{stage.phase.value} {role.value}"))
-        for d in pl.devices:
-            free[d] = t0 + c
-        end = max(end, t0 + c)
-    return end
-
-
-def _sync_cost(plan: Plan, cost: CostModel) -> float:
-    """One trainer -> engines weight push (the cost model's weight-sync term)."""
-    tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
-    devs = set(tr.devices) | set(ro.devices)
-    cross = len({plan.cluster.node_of(d) for d in devs}) > 1
-    return cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
-
-
-def publish_weights(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
-    """Async: the trainer's side of a weight push (its devices); returns the end."""
-    c = _sync_cost(plan, cost)
-    devs = plan.placement(Role.TRAINER).devices
-    spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
-                            devices=devs, start_s=now, end_s=now + c, name="weight_sync send"))
-    return now + c
-
-
-def take_weights(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
-    """Async: the engines' side of a weight push, between two of their steps; returns the end."""
-    c = _sync_cost(plan, cost)
-    devs = plan.placement(Role.ROLLOUT).devices  # the GenRM keeps its own weights
-    spans.append(SpanRecord(step=step, role=Role.ROLLOUT, phase=Phase.WEIGHT_SYNC,
-                            devices=devs, start_s=now, end_s=now + c, name="weight_sync receive"))
-    return now + c
-
-
-def async_summary(per_step: list[dict], k: int, warmup_steps: int = 1) -> dict:
-    """Warm-up apart from the steady state: the first `warmup_steps` steps fill the pipeline."""
-    ordered = sorted(per_step, key=lambda x: x["step"])
-    warm = ordered[:warmup_steps]
-    steady = [x["step_time_s"] for x in ordered[warmup_steps:]]
-    return {"max_staleness": k, "warmup_steps": len(warm),
-            "warmup_s": sum(x["step_time_s"] for x in warm),
-            "steady_step_s": sum(steady) / len(steady) if steady else None}
-
-
-def weight_sync(plan: Plan, cost: CostModel, now: float, step: int, spans: list) -> float:
-    """Push the trainer's weights into the rollout engines; returns the end."""
-    tr, ro = plan.placement(Role.TRAINER), plan.placement(Role.ROLLOUT)
-    devs = tuple(sorted(set(tr.devices) | set(ro.devices)))
-    cross = len({plan.cluster.node_of(d) for d in devs}) > 1
-    c = cost.weight_sync_time(plan.experiment.actor, tr.parallel, ro.tp, ro.dp, cross)
-    spans.append(SpanRecord(step=step, role=Role.TRAINER, phase=Phase.WEIGHT_SYNC,
-                            devices=devs, start_s=now, end_s=now + c, name="weight_sync"))
-    return now + c
