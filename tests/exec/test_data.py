@@ -18,7 +18,8 @@ from yatt.core.errors import InputError  # noqa: E402
 from yatt.core.jobspec import DataSpec, OnLong  # noqa: E402
 from yatt.core.specs import Workload  # noqa: E402
 from yatt.exec.data import (DataOrder, PromptEncoder, TableSource, check_resume_position,  # noqa: E402
-                            load_table, read_rows, steps_check)
+                            load_table, steps_check)
+from yatt.exec.dataset_files import read_rows  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ROWS = [{"q": f"What is {i} plus {i}?", "a": str(2 * i), "topic": "add"} for i in range(6)]
@@ -78,7 +79,7 @@ def test_datasets_past_the_caps_are_refused_unread(tmp_path, monkeypatch):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    import yatt.exec.data as data
+    import yatt.exec.dataset_files as dataset_files
 
     big = [{"q": "x" * 1000, "a": "1"} for _ in range(50)]   # ~50 KB of text
     _jsonl(tmp_path / "d.jsonl", big)
@@ -96,7 +97,7 @@ def test_datasets_past_the_caps_are_refused_unread(tmp_path, monkeypatch):
             read_rows(str(tmp_path / name))
         assert "\n" not in str(e.value)
     monkeypatch.delenv("YATT_DATA_MAX_BYTES")
-    monkeypatch.setattr(data, "MAX_DATASET_ROWS", 49)
+    monkeypatch.setattr(dataset_files, "MAX_DATASET_ROWS", 49)
     for name in ("d.jsonl", "d.json", "d.parquet", "saved"):
         with pytest.raises(InputError, match="50 rows; allowed: at most 49 rows"):
             read_rows(str(tmp_path / name))
