@@ -3,9 +3,11 @@ from -> to over several seeds. Writes bench/results/learning.json, whole, and pr
 line.
 
     .venv/bin/python bench/learning.py [--steps 50] [--seeds 0,1,2] [--mode partial]
+    .venv/bin/python bench/learning.py --mode async --result bench/results/learning-async.json
 
-A comparison (`--reward rule`: the exact checker as the reward; `--lr`, `--kl`) is a run of
-its own and needs `--result` naming its own file: every results file is what one run of
+A comparison (`--reward rule`: the exact checker as the reward; `--lr`, `--kl`; `--mode
+async`: one-step off-policy, the rollout engine and the GenRM on half the devices, the
+trainer on the rest) is a run of its own and needs `--result` naming its own file: every results file is what one run of
 this script wrote, nothing merged from another.
 
 Each seed is a full `run_plan` of configs/demo-learn.yaml (one Ray session for all seeds);
@@ -47,7 +49,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=50)
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--mode", default="partial", choices=["partial", "colocate"])
+    ap.add_argument("--mode", default="partial", choices=["partial", "colocate", "async"])
     ap.add_argument("--config", default=str(ROOT / "configs" / "demo-learn.yaml"))
     ap.add_argument("--out", default="/tmp/yatt-learning")
     ap.add_argument("--result", default=None,
@@ -59,7 +61,7 @@ def main() -> int:
     ap.add_argument("--kl", type=float, default=None, help="override algo.kl_coef")
     a = ap.parse_args()
     if a.result is None:
-        if a.reward != "genrm" or a.lr is not None or a.kl is not None:
+        if a.reward != "genrm" or a.lr is not None or a.kl is not None or a.mode == "async":
             ap.error("a comparison run needs --result FILE: learning.json holds the default run")
         a.result = str(ROOT / "bench" / "results" / "learning.json")
 
@@ -93,7 +95,9 @@ def main() -> int:
                      "actor_rollouts": rollout_agreement(resolve_model(exp.actor),
                                                          resolve_model(exp.genrm))}
         print(f"genrm agreement: {agreement}", flush=True)
-    plan = make_plan(exp, Mode(a.mode), release=ReleasePolicy.RESIDENT)
+    asynchronous = Mode(a.mode) is Mode.ASYNC
+    plan = make_plan(exp, Mode(a.mode), release=ReleasePolicy.RESIDENT,
+                     rollout_devices=exp.cluster.num_gpus // 2 if asynchronous else None)
     import ray
     started = ensure_ray(plan.cluster.num_gpus)
     per_seed = {}

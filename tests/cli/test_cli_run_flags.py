@@ -54,9 +54,10 @@ def demo_plan_file(tmp_path):
     return p
 
 
-def test_async_plan_is_refused_in_one_line(tmp_path, capsys):
-    """An async plan is planned and simulated, not executed: `yatt run` names the field
-    and what runs, before the executor is imported, and writes nothing."""
+def test_async_plan_past_the_executed_staleness_is_refused_in_one_line(tmp_path, capsys):
+    """Async plans run at max_staleness 1; a larger bound is planned and simulated only:
+    `yatt run` names the field and what runs, before the executor is imported, and writes
+    nothing. A bad --mode names the modes that run."""
     from yatt.core.bundled import bundled
     from yatt.core.config import dump_yaml, load_experiment
     from yatt.core.layout import make_plan
@@ -68,8 +69,9 @@ def test_async_plan_is_refused_in_one_line(tmp_path, capsys):
     out = tmp_path / "run"
     assert main(["run", str(plan), "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "mode:" in err[0] and "allowed: colocate|partial" in err[0]
+    assert len(err) == 1 and "max_staleness" in err[0] and "allowed: 1" in err[0]
     assert not out.exists()
-    assert main(["run", "--mode", "async", "--out", str(out), "--no-progress"]) == 2
+    assert main(["run", "--mode", "sideways", "--out", str(out), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--mode" in err[0] and "allowed: colocate|partial" in err[0]
+    assert len(err) == 1 and "--mode" in err[0] and "allowed: colocate|partial|async" in err[0]
+    assert not out.exists()

@@ -62,6 +62,16 @@ def test_dual_clip_bounds_negative_advantage():
     assert dual.tolist() == pytest.approx([3.0, -1.2])          # capped at c*|A|; A>0 unchanged
 
 
+def test_behaviour_weight_by_hand():
+    """min(pi_old / mu, cap) per token, without gradient: 0.5 / 0.25 = 2 capped at 1.5;
+    0.5 / 0.5 = 1; 0.2 / 0.8 = 0.25 (a token the stale policy liked more weighs less)."""
+    prox = T([math.log(0.5), math.log(0.5), math.log(0.2)], requires_grad=True)
+    behav = T([math.log(0.25), math.log(0.5), math.log(0.8)])
+    w = algo.behaviour_weight(prox, behav, cap=1.5)
+    assert w.tolist() == pytest.approx([1.5, 1.0, 0.25])
+    assert not w.requires_grad
+
+
 def test_policy_gradient_sign():
     lp = T([0.0], requires_grad=True)
     algo.ppo_clip_loss(lp, lp.detach(), T([1.0]), 0.2).sum().backward()

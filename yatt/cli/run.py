@@ -227,7 +227,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--steps", type=int, default=None,
                    help="RL steps to run (default: 2; with --resume: the original run's)")
     p.add_argument("--out", default="out/run", help="run directory (default: out/run)")
-    p.add_argument("--mode", default=None, help="force colocate|partial (experiment configs only)")
+    p.add_argument("--mode", default=None, help="force colocate|partial|async (experiment configs only)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--address", default=None, help="join an existing Ray cluster (ray://... or host:port)")
     p.add_argument("--profile", default=None, help="profile.yaml for the predictions")

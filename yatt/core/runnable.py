@@ -11,8 +11,8 @@ inside one node), never pipelined; the reference worker one per TP group (an HF 
 on the group's first device), never pipelined; the Megatron trainer at any TP x PP x DP
 whose PP divides the layers (the Plan checks that) and whose TP divides the KV heads and
 the vocabulary (`trainer_tp_problem`), with fp32 Adam moments (bf16 is planned only) and,
-at more than one mini-batch, recomputed old log-probs. Async plans (`mode: async`) are
-planned and simulated only: the executor walks colocate and partial steps.
+at more than one mini-batch, recomputed old log-probs. Async plans (`mode: async`) run at
+max_staleness 1 (one-step off-policy); larger bounds are planned and simulated only.
 """
 from __future__ import annotations
 
@@ -33,7 +33,9 @@ TRAINER_PP_CHOICES: Optional[tuple[int, ...]] = None
 
 _INFERENCE = (Role.ROLLOUT, Role.GENRM, Role.REFERENCE)
 # Placement modes the executor walks.
-EXECUTED_MODES: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL)
+EXECUTED_MODES: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC)
+# Async staleness bounds the executor runs (its generator takes exactly version step - k).
+EXECUTED_STALENESS: tuple[int, ...] = (1,)
 
 
 def executor_search(search: SearchSpec) -> SearchSpec:
@@ -41,6 +43,9 @@ def executor_search(search: SearchSpec) -> SearchSpec:
     changes: dict = {}
     if any(m not in EXECUTED_MODES for m in search.modes):
         changes["modes"] = tuple(m for m in search.modes if m in EXECUTED_MODES) or EXECUTED_MODES
+    if Mode.ASYNC in search.modes and any(k not in EXECUTED_STALENESS for k in search.staleness_choices):
+        changes["staleness_choices"] = (tuple(k for k in search.staleness_choices
+                                              if k in EXECUTED_STALENESS) or EXECUTED_STALENESS)
     if ENGINE_TP_CHOICES is not None:
         changes["engine_tp_choices"] = (tuple(t for t in search.engine_tps if t in ENGINE_TP_CHOICES)
                                         or ENGINE_TP_CHOICES)
@@ -70,6 +75,9 @@ def check_runnable(plan: Plan, steps: int) -> None:
     if plan.mode not in EXECUTED_MODES:
         raise InputError(f"{plan.mode.value} plans are simulated but not executed; allowed: "
                          + "|".join(m.value for m in EXECUTED_MODES), field="mode")
+    if plan.mode is Mode.ASYNC and plan.max_staleness not in EXECUTED_STALENESS:
+        raise InputError(f"async max_staleness {plan.max_staleness} is simulated but not executed; "
+                         f"allowed: {_choices(EXECUTED_STALENESS)}", field="max_staleness")
     wl = plan.experiment.workload
     algo = plan.experiment.algo
     if algo.adam_moments is not AdamMoments.FP32:

@@ -312,6 +312,10 @@ class AlgoSpec:
     reward_norm: bool = spec_field(False, help="normalise rewards batch-wide, (r - mean) / std, "
                                                "before the group advantage")
     dual_clip: float = spec_field(0.0, ge=0, help="dual-clip constant c > 1 for A < 0 (0 = off)")
+    behaviour_is_cap: float = spec_field(2.0, ge=1, le=1e6,
+                                         help="async: the loss is weighted per token by "
+                                              "min(pi_old / pi_behaviour, cap), pi_behaviour "
+                                              "being the stale weights that sampled it")
     kl_estimator: KLEstimator = spec_field(KLEstimator.K3, help="k3: exp(q) - q - 1 with q = log pi_ref "
                                                               "- log pi (>= 0); k1: log pi - log pi_ref")
     lr_schedule: LrSchedule = spec_field(LrSchedule.CONSTANT, help="after warmup: constant, or cosine "

@@ -73,6 +73,15 @@ def ppo_clip_loss(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
     return loss
 
 
+def behaviour_weight(prox_logp: torch.Tensor, behav_logp: torch.Tensor, cap: float) -> torch.Tensor:
+    """Off-policy correction per token: min(pi_prox / mu, cap), without gradient. `mu` is the
+    behaviour policy that sampled the token (stale weights, from the engine); `pi_prox` the
+    policy the PPO ratio is taken against (the trainer's weights before this step's update).
+    The PPO-clip loss is multiplied by it (decoupled PPO); truncation at `cap` bounds the
+    variance a rare token with a tiny behaviour probability would add (truncated IS)."""
+    return torch.clamp(torch.exp(prox_logp - behav_logp), max=cap).detach()
+
+
 def clipped_tokens(logp: torch.Tensor, old_logp: torch.Tensor, adv: torch.Tensor,
                    clip_eps: float) -> torch.Tensor:
     """Bool per token: the clip is active (the token gives no gradient) — ratio above

@@ -451,7 +451,8 @@ class StepController:
         for s in kept:
             ids, p = self._sequence(s.sample_id)
             per_rank.setdefault(assign[s.sample_id], []).append(
-                TrainItem(s.sample_id, ids, p, adv[s.sample_id], self.ref_lp.get(s.sample_id)))
+                TrainItem(s.sample_id, ids, p, adv[s.sample_id], self.ref_lp.get(s.sample_id),
+                          self.results[s.sample_id].logprobs if self.cfg.behaviour_logprobs else None))
         calls = [w.stage.remote(items) for dp, items in per_rank.items()
                  for w in self.trainer_groups[dp]]
         ray.get(calls)

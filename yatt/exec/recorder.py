@@ -23,7 +23,7 @@ METRIC_COLUMNS = ("step", "step_s", "reward_mean", "reward_std", "accuracy", "kl
                   "dropped", "rounds", "lr", "clip_frac", "accept_frac", "skipped",
                   "nonfinite_steps", "rollbacks", "restarts", "snapshot_s", "ckpt_stall_s",
                   "overhead_s", "overhead_frac", "train_prep_s", "train_rank_s", "reward_errors", "eval_reward", "eval_accuracy",
-                  "eval_samples")
+                  "eval_samples", "is_weight", "policy_version")
 PHASE_COLUMNS = tuple(f"{p.value}_s" for p in Phase)
 
 

@@ -35,6 +35,7 @@ from .job import Job, prepare_job
 from .rayutil import get_all
 from .recorder import Progress, Recorder
 from .rollout import EngineConfig
+from .async_runner import ENGINE_WEIGHTS, AsyncRunner, runners_needed
 from .schedules import Actors, StepRunner
 from .supervisor import RunAborted, Supervisor
 from .tracking import Tracker
@@ -100,8 +101,9 @@ def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
     setup = [w.setup.remote(addr, port) for w in trainers]
     # Engines start while the trainers initialise (partial keeps both engine kinds up;
     # colocate starts with the rollout engines only, unless everything stays resident).
+    apart = plan.mode is Mode.PARTIAL or (plan.mode is Mode.ASYNC and not plan.genrm_shares_rollout)
     first = [Role.ROLLOUT] + ([Role.GENRM] if Role.GENRM in engines and (
-        plan.mode is Mode.PARTIAL or release[Role.GENRM] is ReleaseAction.KEEP) else [])
+        apart or release[Role.GENRM] is ReleaseAction.KEEP) else [])
     starts = [e.acquire.remote() for r in first for e in engines[r]]
     ray.get(setup)
     rec.extra["trainer_setup_s"] = round(time.perf_counter() - t, 3)
@@ -175,7 +177,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     start = int(state["next_step"]) if state else 0
     bar = Progress(steps - start, f"yatt run {plan.describe()}", progress)
     started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
-    placement = actors = ctl = None
+    placement = actors = arun = None
+    groups: list[ControllerGroup] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
     step = start
@@ -186,14 +189,26 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         actors = _launch(plan, placement, job, seed, cpu, release, rec)
         rec.extra["startup_s" if state is None else "resume_startup_s"] = round(time.time() - rec.t0, 3)
 
+        asynchronous = plan.mode is Mode.ASYNC
+
         def make_cfg(i: int, n: int) -> ControllerConfig:
             return ControllerConfig(i, n, seed, exp.workload, exp.algo, job.actor_path,
                                     rec.t0, queue_capacity=min(exp.engine.queue_capacity, 1024),
+                                    behaviour_logprobs=asynchronous,
                                     data=exp.data, reward=exp.reward, rule=exp.rule_reward,
                                     source=job.source, reward_fn=job.reward_fn)
-        ctl = ControllerGroup(make_cfg, k, (actors.engines.get(Role.ROLLOUT, []),
-                                            actors.engines.get(Role.GENRM, []), actors.refs,
-                                            actors.trainer_groups), worker_env(cpu))
+        ctl_args = (actors.engines.get(Role.ROLLOUT, []), actors.engines.get(Role.GENRM, []),
+                    actors.refs, actors.trainer_groups)
+        groups = [ControllerGroup(make_cfg, k, ctl_args, worker_env(cpu))
+                  for _ in range(runners_needed(plan.max_staleness) if asynchronous else 1)]
+        ctl = groups[0]
+        if asynchronous:
+            arun = AsyncRunner(plan, actors, groups, rec, release, genrm, steps)
+            sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
+                             arun.republish, steps, log, data_position=job.source.position)
+            sup.extra_files = arun.engine_weights_for
+            step = _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log, exp)
+            return rec.write(out_dir, steps)
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
                          runner.push_weights, steps, log, data_position=job.source.position)
@@ -228,8 +243,10 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     finally:
         bar.close()
         tracker.close()
-        if ctl is not None:
-            ctl.shutdown()
+        if arun is not None:
+            arun.stop()
+        for g in groups:
+            g.shutdown()
         if actors is not None:
             for w in actors.trainers:
                 try:
@@ -243,6 +260,49 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             placement.remove()
         if started:
             ray.shutdown()
+
+
+def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optional[Path],
+               state: Optional[dict], start: int, steps: int, tracker: Tracker, bar: Progress,
+               log: Callable[[str], None], exp) -> int:
+    """The async step loop (async_runner.py): the generator runs ahead on its own thread;
+    this thread trains, runs the supervisor's boundary and commits each version. An actor
+    fault stops the run (its last checkpoint resumes it exactly); returns the last step."""
+    engine_weights = None
+    if ck_dir is not None:
+        from safetensors.torch import load_file
+
+        get_all([w.load_checkpoint.remote(str(ck_dir / ckpt.TRAINER)) for w in actors.trainers])
+        engine_weights = load_file(str(ck_dir / ENGINE_WEIGHTS))
+        sup.resumed(state or {})
+    sup.snapshot()
+    arun.start(start, steps, engine_weights)
+    warned: set[str] = set()
+    crash = faults.hook("driver")      # tests: the driver dies after a step
+    step = start
+    for step in range(start, steps):
+        try:
+            row = arun.train_step(step)
+        except Exception as e:   # noqa: BLE001 - actor deaths end an async run
+            if not sup.is_fault(e):
+                raise
+            arun.stop()
+            last = ckpt.complete(sup.out)
+            role = sup._role_of(e)
+            raise RunAborted(f"step {step}: a {role} actor died; async runs stop on an actor "
+                             "fault" + (f"; resume from {last[-1][1].name}: yatt run --resume "
+                             f"{sup.out}" if last else "; no checkpoint was saved")) from e
+        row = sup.after_step(step, row)
+        arun.commit(step)
+        tracker.log(row)
+        _warn(log, step, arun.runner(step).last_moments, exp, warned)
+        bar.step(row)
+        if crash is not None:
+            crash.tick()
+            crash.maybe_exit()
+    arun.stop()
+    sup.finish(last_step=steps - 1)
+    return step
 
 
 def _warn(log: Callable[[str], None], step: int, mom: Moments, exp, warned: set[str]) -> None:

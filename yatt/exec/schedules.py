@@ -16,6 +16,7 @@ switches) while controllers have replacement groups queued, up to the workload's
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -52,7 +53,9 @@ class StepRunner:
         self.release, self.genrm = release, genrm
         self.reference = plan.experiment.algo.use_reference
         self.schedule = step_schedule(plan.mode, genrm=genrm, reference=self.reference,
-                                      old_logprobs=plan.experiment.algo.old_logprobs)
+                                      old_logprobs=plan.experiment.algo.old_logprobs,
+                                      genrm_shared=plan.genrm_shares_rollout)
+        self.policy_version: int | None = None   # async: the weight version generating the step
         m = plan.experiment.actor
         self.attn_w = attention_weight(m.hidden, m.params, m.layers)
         self.handlers: dict[Phase, Callable[[int, Stage], None]] = {
@@ -66,6 +69,11 @@ class StepRunner:
 
     def run_step(self, step: int) -> dict[str, Any]:
         t = time.time()
+        self.generate(step)
+        return self.finish(step, t)
+
+    def generate(self, step: int) -> None:
+        """The step's generate stages, once per dynamic-sampling round."""
         self.round = 0   # the dynamic-sampling round in progress, then the last (fault records)
         self._streamed = False
         self._train_out: dict[str, float] = {}
@@ -84,6 +92,10 @@ class StepRunner:
                 self.handlers[stage.phase](step, stage)
             if not sum(self.ctl.call(StepController.resample, rnd, rnd == last)):
                 break
+
+    def finish(self, step: int, start: float) -> dict[str, Any]:
+        """The step's finish stages (training, weight sync), then its metrics row; `start`:
+        the wall-clock time the step began."""
         for stage in self.schedule.finish:
             self.handlers[stage.phase](step, stage)
         mom = sum(self.ctl.call(StepController.moments), Moments())
@@ -96,17 +108,19 @@ class StepRunner:
         self.last_moments = mom
         return self.rec.step_metrics(step, {
             **extra, "reward_errors": mom.reward_errors,
-            "step_s": round(time.time() - t, 4), "reward_mean": mom.mean, "reward_std": mom.std,
+            "step_s": round(time.time() - start, 4), "reward_mean": mom.mean, "reward_std": mom.std,
             "accuracy": mom.accuracy, "samples": mom.n, "dropped": mom.dropped,
-            "rounds": rnd + 1, "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0),
+            "rounds": self.round + 1, "kl": o.get("kl", 0.0), "entropy": o.get("entropy", 0.0),
             "loss": o.get("loss", 0.0), "grad_norm": o.get("grad_norm", 0.0),
             "lr": o.get("lr", 0.0), "clip_frac": o.get("clip_frac", 0.0),
             "accept_frac": o.get("accept_frac", 1.0), "skipped": o.get("skipped", 0.0),
+            "is_weight": o.get("is_weight", 1.0),
+            **({} if self.policy_version is None else {"policy_version": self.policy_version}),
             "nonfinite_steps": o.get("nonfinite_steps", 0.0),
             "train_prep_s": round(o.get("train_prep_s", 0.0), 4),
             "train_rank_s": round(o.get("train_rank_s", 0.0), 4),
             "genrm_parse_fail": mom.parse_fail, "response_tokens": mom.response_tokens},
-            start=t)
+            start=start)
 
     # ---- generation ------------------------------------------------------------------
     def _rollout(self, step: int, stage: Stage) -> None:
@@ -219,6 +233,8 @@ class StepRunner:
         self.rec.span(step, Role.TRAINER, Phase.TRAIN, self.devices(Role.TRAINER), t,
                       time.time(), sum(n for _, n in self._costs))
         for recs in self.ctl.call(StepController.records, self._assign):
+            if self.policy_version is not None:
+                recs = [dataclasses.replace(r, policy_version=self.policy_version) for r in recs]
             self.rec.add_samples(recs)
 
     def push_weights(self) -> None:

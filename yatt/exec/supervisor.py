@@ -105,6 +105,8 @@ class Supervisor:
         self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
         self.data_position = data_position or (lambda next_step: {})
         self.last_saved = -1
+        # extra files of a checkpoint: next step -> a writer into the checkpoint's directory
+        self.extra_files: Optional[Callable[[int], Callable[[Path], None]]] = None
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -181,10 +183,13 @@ class Supervisor:
             "trace_end_s": max((s.end_s for s in self.rec.spans), default=0.0),
             "metrics": [dict(m) for m in self.rec.metrics], "extra": copy.deepcopy(self.rec.extra)}
         trace = self.rec.trace(done)            # immutable records: a consistent copy
+        extra = self.extra_files(done) if self.extra_files is not None else None
 
         def write() -> None:
             ckpt.write_state(part, state)
             trace.write_jsonl(part / ckpt.TRACE)
+            if extra is not None:
+                extra(part)
         self._background(write)
         tdir = str(part / ckpt.TRAINER)
         async_save = self.spec.async_save if async_save is None else async_save

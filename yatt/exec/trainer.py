@@ -42,8 +42,8 @@ from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec, OldLogprobs
 
 from . import faults, megatron_shim
-from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, clipped_tokens,
-                   micro_batches_by_length, ppo_clip_loss, total_token_loss)
+from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, behaviour_weight,
+                   clipped_tokens, micro_batches_by_length, ppo_clip_loss, total_token_loss)
 from .trainer_state import TrainerState
 
 
@@ -56,12 +56,15 @@ class TrainBatch:
     advantages: tuple[float, ...]                     # one per sequence (GRPO)
     old_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # behaviour policy, per response token
     ref_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # reference policy, per response token
+    # the engine's log-probs of the sampled tokens when stale weights sampled them (async):
+    # the loss is weighted by min(pi_old / mu, algo.behaviour_is_cap)
+    behav_logprobs: Optional[tuple[tuple[float, ...], ...]] = None
 
     def __post_init__(self) -> None:
         n = len(self.input_ids)
         if len(self.prompt_lens) != n or len(self.advantages) != n:
             raise InputError("input_ids, prompt_lens and advantages must have equal length")
-        for name in ("old_logprobs", "ref_logprobs"):
+        for name in ("old_logprobs", "ref_logprobs", "behav_logprobs"):
             lp = getattr(self, name)
             if lp is None:
                 continue
@@ -321,7 +324,7 @@ class MegatronTrainer(TrainerState):
         resp = [len(x) - p for x, p in zip(batch.input_ids, batch.prompt_lens)]
         minis = mini_batches(range(len(resp)), self.algo.mini_batches)
         old_cache: dict[tuple[int, int], torch.Tensor] = {}   # reuse: epoch 0 log-probs
-        first = torch.zeros(4, device=self.device)      # epoch 0: loss, kl, entropy, tokens
+        first = torch.zeros(5, device=self.device)  # epoch 0: loss, kl, entropy, tokens, IS weight
         metrics: dict[str, float] = {}
         skipped, accept = 0, 1.0
         for epoch in range(self.algo.ppo_epochs):
@@ -340,7 +343,7 @@ class MegatronTrainer(TrainerState):
                                          dp_group, poison)
                 last += torch.stack([sums[4], sums[5]])
                 if epoch == 0:
-                    first += torch.stack([sums[0], sums[1], sums[2], sums[5]])
+                    first += torch.stack([sums[0], sums[1], sums[2], sums[5], sums[6]])
                 if bad:
                     self.optimizer.zero_grad()
                     skipped += 1
@@ -356,7 +359,8 @@ class MegatronTrainer(TrainerState):
             metrics["clip_frac"] = float(last[0] / last[1].clamp(min=1))
         n0 = float(first[3])
         metrics.update(loss=float(first[0]) / max(n0, 1.0), kl=float(first[1]) / max(n0, 1.0),
-                       entropy=float(first[2]) / max(n0, 1.0), tokens=n0)
+                       entropy=float(first[2]) / max(n0, 1.0), tokens=n0,
+                       is_weight=float(first[4]) / max(n0, 1.0))
         metrics.setdefault("grad_norm", float("nan"))
         metrics.update(skipped=float(skipped), accept_frac=accept,
                        nonfinite_steps=float(self.nonfinite_steps),
@@ -368,7 +372,7 @@ class MegatronTrainer(TrainerState):
                 epoch: int, old_cache, dp_group, poison: bool = False
                 ) -> tuple[torch.Tensor, bool]:
         """Forward + backward over one mini-batch's micro-batches. Returns its global sums
-        (loss, kl, entropy, non-finite losses, clipped tokens, tokens) and whether the
+        (loss, kl, entropy, non-finite losses, clipped tokens, tokens, the behaviour weight) and whether the
         loss or any gradient is non-finite. `poison` (fault injection, faults.py) turns
         the loss into NaN."""
         from megatron.core import parallel_state as ps
@@ -391,6 +395,11 @@ class MegatronTrainer(TrainerState):
                 old = old_cache[mb.key]
             adv = torch.tensor([batch.advantages[i] for i in mb.seqs], device=self.device)[:, None]
             pg = ppo_clip_loss(logp, old, adv, algo.clip_eps, algo.dual_clip)
+            w = torch.ones_like(logp)
+            if batch.behav_logprobs is not None:
+                w = behaviour_weight(old, self._per_token(batch.behav_logprobs, mb, plens),
+                                     algo.behaviour_is_cap)
+                pg = pg * w
             kl = torch.zeros_like(logp)
             if batch.ref_logprobs is not None:
                 kl = self.kl_fn(logp, self._per_token(batch.ref_logprobs, mb, plens))
@@ -408,13 +417,14 @@ class MegatronTrainer(TrainerState):
                 stats = torch.stack([loss_sum.detach(), (kl * mb.mask).sum(),
                                      (ent * mb.mask).sum(),
                                      (~torch.isfinite(loss_sum.detach())).float(),
-                                     (clipped * mb.mask).sum(), mb.mask.sum()])
+                                     (clipped * mb.mask).sum(), mb.mask.sum(),
+                                     (w * mb.mask).sum()])
             # Megatron's DDP sums gradients over DP (calculate_per_token_loss), so each rank
             # backpropagates its token sum over the global token count: a global token mean.
             return loss_sum / n_global, stats
 
         outs = self._run(micros, loss, forward_only=False)
-        sums = torch.stack(outs).sum(0) if outs else torch.zeros(6, device=self.device)
+        sums = torch.stack(outs).sum(0) if outs else torch.zeros(7, device=self.device)
         torch.distributed.all_reduce(sums, group=dp_group)
         if self.pp > 1:   # the other stages hold zeros: the sum is the last stage's
             torch.distributed.all_reduce(sums, group=ps.get_pipeline_model_parallel_group())

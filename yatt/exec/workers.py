@@ -29,6 +29,7 @@ class TrainItem:
     prompt_len: int
     advantage: float
     ref_logprobs: Optional[tuple[float, ...]] = None
+    behav_logprobs: Optional[tuple[float, ...]] = None   # async: the engine's, stale weights
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,11 @@ class TrainerWorker:
         ref = None
         if items and all(x.ref_logprobs is not None for x in items):
             ref = tuple(x.ref_logprobs for x in items)
+        behav = None
+        if items and all(x.behav_logprobs is not None for x in items):
+            behav = tuple(x.behav_logprobs for x in items)
         batch = TrainBatch(tuple(x.input_ids for x in items), tuple(x.prompt_len for x in items),
-                           tuple(x.advantage for x in items), old, ref)
+                           tuple(x.advantage for x in items), old, ref, behav)
         t0 = time.perf_counter()
         out = dict(self.trainer.train_step(batch, lr))
         out["seconds"] = time.perf_counter() - t0

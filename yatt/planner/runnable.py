@@ -20,9 +20,8 @@ from .search import search
 def plan_for_executor(exp: Experiment, cost, mode: Optional[Mode] = None, *, top: int = 3,
                       progress=None) -> SearchResult:
     """Search the placements the executor runs (optionally one mode only)."""
-    s = executor_search(exp.search)
-    if mode is not None:
-        s = dataclasses.replace(s, modes=(mode,))
+    s = exp.search if mode is None else dataclasses.replace(exp.search, modes=(mode,))
+    s = executor_search(s)
     return search(dataclasses.replace(exp, search=s), cost, top=top, progress=progress)
 
 

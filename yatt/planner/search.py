@@ -148,6 +148,10 @@ def _search_async(exp: Experiment, ev: "Evaluator", space: Space, reports: list[
     # the first that does
     lay0 = next((lay for lay in ([start[4:6]] if start else []) + layouts
                  if splits(rtp0, lay, share)), None)
+    if lay0 is None and share is not None:   # no devices for a GenRM apart: on the rollout's
+        share = None
+        lay0 = next((lay for lay in ([start[4:6]] if start else []) + layouts
+                     if splits(rtp0, lay, share)), None)
     size = sum(len(splits(r, lay, share)) for r in space.rollout_tps for lay in layouts) * len(ks)
     if lay0 is None:
         return size
