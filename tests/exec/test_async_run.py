@@ -64,6 +64,27 @@ def test_every_sample_is_generated_by_weights_at_most_one_version_old(reference,
 
 
 @pytest.mark.slow
+def test_the_trace_has_the_simulators_async_step_records_and_replays(reference, plan):
+    """Step time between consecutive train ends, step 0 as warm-up, as the simulator
+    reports it; `yatt replay`'s re-simulation runs on the measured trace."""
+    from yatt.planner.profiled import cost_model_for, shipped_profile
+    from yatt.planner.replay import replay
+    from yatt.sim.metrics import summarize
+    _, trace = reference
+    per = trace.meta.extra["steps"]
+    assert [p["step"] for p in per] == list(range(STEPS))
+    for a, b in zip(per, per[1:]):
+        assert b["step_time_s"] == pytest.approx(b["train_end_s"] - a["train_end_s"], abs=1e-3)
+        assert b["gen_start_s"] < a["train_end_s"]            # generated while a was trained
+    assert trace.meta.extra["async"]["warmup_steps"] == 1
+    steady = [p["step_time_s"] for p in per[1:]]
+    assert summarize(trace).step_time_mean == pytest.approx(sum(steady) / len(steady))
+    profile, _ = shipped_profile(plan.cluster.gpu.name)
+    rep = replay(trace, cost_model_for(plan.experiment, profile))
+    assert rep.predicted_stats.step_time_mean > 0 and rep.recorded_stats.step_time_mean > 0
+
+
+@pytest.mark.slow
 def test_the_engines_take_each_version_between_their_steps(reference):
     from yatt.core.roles import Phase, Role
     _, trace = reference

@@ -165,3 +165,15 @@ def policy_version(step: int, trained: int, k: int) -> int:
         raise ValueError(f"rollout of step {step} may not start after {trained} train steps "
                          f"(max_staleness {k})")
     return min(trained, step)
+
+
+def async_summary(per_step: list[dict], k: int, warmup_steps: int = 1) -> dict:
+    """An async run's step times, warm-up apart from the steady state: the first
+    `warmup_steps` steps fill the pipeline. `per_step`: one dict per step with "step" and
+    "step_time_s" (the simulator and the executor record the same keys)."""
+    ordered = sorted(per_step, key=lambda x: x["step"])
+    warm = ordered[:warmup_steps]
+    steady = [x["step_time_s"] for x in ordered[warmup_steps:]]
+    return {"max_staleness": k, "warmup_steps": len(warm),
+            "warmup_s": sum(x["step_time_s"] for x in warm),
+            "steady_step_s": sum(steady) / len(steady) if steady else None}

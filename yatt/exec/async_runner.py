@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional
 from yatt.core.plan import Plan
 from yatt.core.release import ReleaseAction
 from yatt.core.roles import Phase, Role
-from yatt.core.schedule import Stage, min_policy_version
+from yatt.core.schedule import Stage, async_summary, min_policy_version
 
 from .controller import ControllerGroup
 from .rayutil import get_all
@@ -62,6 +62,7 @@ class AsyncRunner:
         self._committed = 0                     # newest version the generator may take
         self._engine_version = 0
         self._ready: dict[int, float] = {}      # step -> wall time its samples were ready
+        self._timing: dict[int, dict[str, float]] = {}   # step -> generator times (run seconds)
         self._error: Optional[BaseException] = None
         self._stop = False
         self._thread: Optional[threading.Thread] = None
@@ -128,9 +129,13 @@ class AsyncRunner:
             ref = self._published[min_policy_version(next_step, self.k)]
 
         def write(d: Path) -> None:
+            import warnings
+
             import ray
             from safetensors.torch import save_file
 
+            # the object store hands tensors over read-only; they are only read here
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             save_file({n: t.contiguous() for n, t in ray.get(ref).items()}, str(d / ENGINE_WEIGHTS))
         return write
 
@@ -150,17 +155,22 @@ class AsyncRunner:
         try:
             for s in range(first, steps):
                 want = min_policy_version(s, self.k)
+                t_ready = time.time()
                 with self._cv:
                     self._cv.wait_for(lambda: self._stop or self._committed >= want)
                     if self._stop:
                         return
+                blocked = time.time() - t_ready
                 if want > self._engine_version:
                     self._take(s, want)
                 r = self.runner(s)
                 r.policy_version = want
+                t0 = time.time()
                 r.generate(s)
                 with self._cv:
                     self._ready[s] = time.time()
+                    self._timing[s] = {"gen_start_s": self.rec.rel(t0), "gen_blocked_s": blocked,
+                                       "gen_end_s": self.rec.rel(self._ready[s])}
                     self._cv.notify_all()
                 for stage in r.schedule.refill:
                     r.handlers[stage.phase](s, stage)
@@ -182,10 +192,19 @@ class AsyncRunner:
                 assert self._error is not None
                 raise self._error
             del self._ready[step]
+            timing = self._timing.pop(step)
         start = self._train_end
         assert start is not None
+        t = time.time()
         row = self.runner(step).finish(step, start)
         self._train_end = time.time()
+        # the simulator's per-step record (`yatt.sim.metrics` reads the steady state from it)
+        per = self.rec.extra.setdefault("steps", [])
+        per.append({"step": step, "step_time_s": round(self._train_end - start, 6),
+                    "policy_version": min_policy_version(step, self.k), **timing,
+                    "train_start_s": self.rec.rel(t), "train_waiting_s": t - start,
+                    "train_end_s": self.rec.rel(self._train_end)})
+        self.rec.extra["async"] = async_summary(per, self.k)
         return row
 
     def stop(self) -> None:

@@ -140,13 +140,3 @@ def summarize(trace: Trace) -> StepStats:
         samples_per_s=len(kept) / div, samples_kept=len(kept),
         samples_dropped=len(samples) - len(kept),
         balance_max_over_mean=sum(bal) / len(bal) if bal else float("nan"))
-
-
-def async_summary(per_step: list[dict], k: int, warmup_steps: int = 1) -> dict:
-    """Warm-up apart from the steady state: the first `warmup_steps` steps fill the pipeline."""
-    ordered = sorted(per_step, key=lambda x: x["step"])
-    warm = ordered[:warmup_steps]
-    steady = [x["step_time_s"] for x in ordered[warmup_steps:]]
-    return {"max_staleness": k, "warmup_steps": len(warm),
-            "warmup_s": sum(x["step_time_s"] for x in warm),
-            "steady_step_s": sum(steady) / len(steady) if steady else None}

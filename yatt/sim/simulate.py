@@ -35,13 +35,13 @@ from yatt.core import (CostModel, InputError, Phase, Plan, Role,
                        SampleRecord, SpanRecord, Trace, TraceMeta, TraceSource, Workload)
 from yatt.core import limits
 from yatt.core.roles import Mode
-from yatt.core.schedule import Stage, gating_train_step, policy_version, step_schedule
+from yatt.core.schedule import (Stage, async_summary, gating_train_step, policy_version,
+                                step_schedule)
 from yatt.core.version import yatt_version
 
 from .contention import engine_cost
 from .engine import GenEngine, Router
 from .handoffs import publish_weights, switch, take_weights, weight_sync
-from .metrics import async_summary
 from .pool import StepPool, sample_records, step_pool
 from .trainer import rank_phase, split, train_epochs
 
