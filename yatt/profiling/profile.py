@@ -322,11 +322,11 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     actors, genrms = models_to_measure(exps)
-    probe = mb.host_probe(pts.host_probe_s)
+    probe = mb.host_probe_parts(pts.host_probe_s)
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed,
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
-    probe += mb.host_probe(pts.host_probe_s)
+    probe += mb.host_probe_parts(pts.host_probe_s)
     for e in actors:   # after the in-process tables: these start (and stop) Ray sessions
         tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
         if tps or dps:
@@ -367,12 +367,14 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
         if ec:
             models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
-    probe += mb.host_probe(pts.host_probe_s)
+    probe += mb.host_probe_parts(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
                            transfer=_points(moved),
                            handoff_s=round(handoff, 6),
-                           host_probe_s=round(statistics.median(probe), 6))
+                           host_probe_s=round(statistics.median(a + b for a, b in probe), 6),
+                           host_probe_python_s=round(statistics.median(a for a, _ in probe), 6),
+                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6))
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,
