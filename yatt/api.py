@@ -28,7 +28,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
@@ -206,18 +205,15 @@ def _argument_names():
 def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[None, str, Plan] = None,
          profile: Union[None, str, Path] = None, top: int = 5, seeds: Optional[int] = None,
          gpus: Sequence[int] = (), steps: int = 1, price_per_gpu_hour: Optional[float] = None,
-         progress: Optional[Callable[[int, str], None]] = None,
-         host_check: bool = True) -> "PlanResult":
+         progress: Optional[Callable[[int, str], None]] = None) -> "PlanResult":
     """Plan an experiment as `yatt plan` does and return a `PlanResult`.
 
     experiment  an experiment or plan YAML path, an Experiment, or a Plan (a plan is scored
                 against the best, like `yatt plan PLAN.yaml`)
     placement   a placement to score against the best: text such as
                 "partial R4(tp2) G44(tp4) T48(tp1)", or a Plan
-    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic)
-    host_check  time the profile's host probe here first and rescale the profile to this
-                host, as `yatt plan` does (the ratio is in `cost_label`; a profile made on
-                another host also warns); False, or YATT_HOST_CHECK=off: as measured
+    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic),
+                its times as measured (`yatt plan` first rescales them to this host)
     gpus        cluster sizes for the scaling sweep (`PlanResult.scaling`)
     steps, price_per_gpu_hour   how runs are priced in the summary and the ranking
     progress    called as progress(simulations_done, what) while searching
@@ -253,13 +249,6 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
         raise InputError("a plan is already scored; pass placement= with an experiment only",
                          field="placement")
     prof = load_profile(profile) if profile is not None else None
-    from yatt.profiling.hostcheck import check_host, enabled_by_env
-
-    host = check_host(prof, str(experiment) if isinstance(experiment, (str, Path)) else "CONFIG",
-                      enabled=host_check and enabled_by_env())
-    for line in host.lines[1:]:     # past the band: the profile was made on another host
-        warnings.warn(line, stacklevel=2)
-    prof = host.profile
     exp = experiment_for(exp, prof)
     with _argument_names():
         if isinstance(placement, str):
@@ -276,7 +265,6 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
                        exp, search=dataclasses.replace(exp.search, seeds=seeds)),
                    top, sizes, given=given is not None)
     label = f"profile {profile}" if profile is not None else "analytic defaults"
-    label += f" ({host.note})" if host.note else ""
     with work_budget():
         result = plan_experiment(exp, cost_model_for(exp, prof), cost_label=label, given=given,
                                  top=top, seeds=seeds, pricing=pricing, progress=progress)

@@ -17,8 +17,15 @@ from dataclasses import dataclass
 from typing import Optional
 
 from yatt.core.errors import InputError
-from yatt.planner.hostscale import (HostProbe, HostRatios, host_line, host_ratios, ratio_text,
-                                    rescale_profile, stale_line)
+from yatt.planner.hostscale import (
+    HostProbe,
+    HostRatios,
+    host_line,
+    host_ratios,
+    ratio_text,
+    rescale_profile,
+    stale_line,
+)
 from yatt.planner.profile_io import Profile
 
 CHECK_S = 3.0       # seconds of probing: ~200 samples, over the VM's few-second speed states
@@ -54,7 +61,7 @@ def measure(seconds: float = CHECK_S) -> Optional[HostProbe]:
     (as `yatt profile` runs it); None without torch."""
     try:
         import torch
-    except ImportError:
+    except (ImportError, OSError):   # not installed, or its libraries do not load here
         return None
     from . import microbench as mb
 
@@ -69,30 +76,35 @@ def measure(seconds: float = CHECK_S) -> Optional[HostProbe]:
                      matmul_s=statistics.median(b for _, b in parts))
 
 
+def _skip(profile: Optional[Profile], line: str) -> HostCheck:
+    """The profile as measured, with the one line that says why."""
+    return HostCheck(profile, (line,))
+
+
 def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
                seconds: float = CHECK_S) -> HostCheck:
     """Probe this host and rescale `profile` to it (see the module docstring). `config`
     names the experiment in the refresh command; `enabled` False (the caller read
-    --no-host-check and `enabled_by_env`) keeps the profile as measured. Profiles without tables (efficiencies
-    only) are returned as they are, with no line."""
+    --no-host-check and `enabled_by_env`) keeps the profile as measured. Profiles without
+    tables (efficiencies only) are returned as they are, with no line."""
     if profile is None or profile.tables is None:
         return HostCheck(profile)
     if not enabled:
-        return HostCheck(profile, ("host check: off; the profile's times as measured",))
+        return _skip(profile, "host check: off; the profile's times as measured")
     t = profile.tables
     if t.device != "cpu":
-        return HostCheck(profile, (f"host check: skipped (a {t.device} profile; the probe times "
-                                   "this host's CPU)",))
+        return _skip(profile, f"host check: skipped (a {t.device} profile; the probe "
+                              "times this host's CPU)")
     if t.host_probe_s <= 0:
-        return HostCheck(profile, ("host check: skipped (the profile recorded no host probe; "
-                                   "`yatt profile` records one)",))
+        return _skip(profile, "host check: skipped (the profile recorded no host probe;"
+                              " `yatt profile` records one)")
     now = measure(seconds)
     if now is None:
-        return HostCheck(profile, ("host check: skipped (needs torch, the exec install); the "
-                                   "profile's times as measured",))
+        return _skip(profile, "host check: skipped (needs torch, the exec install); the "
+                              "profile's times as measured")
     r = host_ratios(t, now)
     if r is None:
-        return HostCheck(profile, ("host check: skipped (the probe timed nothing)",), probe=now)
+        return _skip(profile, "host check: skipped (the probe timed nothing)")
     lines = [host_line(r)]
     stale = stale_line(r, config, t.device)
     if stale:
