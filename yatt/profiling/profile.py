@@ -28,7 +28,8 @@ Tick = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Points:
-    """Where to measure. `quick()` is a reduced set for tests."""
+    """Where to measure: the full set (the shipped profile), `quick()` (users re-profiling a
+    host) or `smoke()` (tests)."""
 
     train: tuple[tuple[int, int], ...] = ((1, 16), (4, 32), (8, 32), (16, 32), (32, 32),
                                           (8, 64), (16, 64), (4, 128), (32, 16))
@@ -64,6 +65,26 @@ class Points:
 
     @classmethod
     def quick(cls) -> "Points":
+        """`yatt profile --quick`: every table the full set measures (Ray round trips, weight
+        sync, engine calls, the stream hand-off, host contention, TP / DP groups, stop
+        lengths), each fit with at least as many distinct sizes as it has coefficients,
+        one pass and fewer repetitions: minutes instead of ten, for re-profiling a host
+        rather than trusting a stale profile (bench/quick_profile.py compares it with the
+        full set per phase)."""
+        return cls(train=((1, 16), (8, 32), (32, 32), (16, 64), (4, 128)),
+                   logprob=((1, 16), (16, 32), (4, 128)),
+                   decode=((1, 16), (16, 16), (64, 16), (16, 128)),
+                   prefill=((1, 16), (8, 32), (16, 64)),
+                   join=((4, 1, 24), (16, 8, 24), (8, 8, 64)),
+                   decode_steps=8, reps=2, restarts=2, rpc_reps=20, handoff_reps=5,
+                   contention_rounds=3, stop_samples=64, passes=1,
+                   tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
+
+    @classmethod
+    def smoke(cls) -> "Points":
+        """A reduced set for tests (`yatt profile --smoke`, hidden): in-process tables only
+        (no Ray, no contention, no TP / DP groups), tiny sizes. Not a usable profile of a
+        host: plans from it price the missing terms analytically."""
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
                    join=((4, 2, 24),),
@@ -91,7 +112,7 @@ class Points:
     def dp_sizes(self, exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
         """Trainer DP sizes (at TP=1) to time for `actor`: what the experiments' clusters
         give a TP=1 trainer, 2 .. MAX_TP_MEASURED devices; none where TP groups are
-        skipped (`tp=()`, the quick set)."""
+        skipped (`tp=()`, the smoke set)."""
         if self.tp == ():
             return ()
         return tuple(sorted({n for e in exps if e.actor.name == actor
