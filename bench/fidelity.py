@@ -526,7 +526,8 @@ def main(argv=None) -> dict:
                          "over both devices; the profile's engine tables are TP=1, so the "
                          "cost model scales them analytically)")
     ap.add_argument("--out", default=None,
-                    help="results file (default fidelity.json; fidelity-tp2.json at --engine-tp 2)")
+                    help="results file (default fidelity.json; fidelity-tp2.json at --engine-tp 2; "
+                         "a bare name goes to bench/results/)")
     ap.add_argument("--niceness", type=int, default=0,
                     help="RAY_worker_niceness for the runs (default 0, the profile's priority; "
                          "Ray's own default is 15)")
@@ -547,6 +548,8 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = str(OUT / {1: "fidelity.json", 2: "fidelity-tp2.json"}[args.engine_tp])
+    elif Path(args.out).name == args.out:
+        args.out = str(OUT / args.out)
     source = ContentionSource(args.contention)
     if source is ContentionSource.TRACES_LOO and not args.reuse:
         ap.error("--contention traces-loo needs --reuse (it fits to the saved runs)")
