@@ -93,3 +93,48 @@ def test_skips_are_one_line_each(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)
     got = check_host(prof, "c.yaml")
     assert got.profile is prof and len(got.lines) == 1 and "needs torch" in got.lines[0]
+
+
+def _tiny_trace(path: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "tests" / "planner"))
+    from _trace_helpers import synthetic_trace
+
+    synthetic_trace(steps=2).write_jsonl(path)
+    return path
+
+
+def test_replay_checks_the_host_and_titles_the_rescaled_prediction(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("YATT_HOST_CHECK", "on")
+    trace = _tiny_trace(tmp_path / "t.jsonl")
+    assert main(["replay", str(trace), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "host check: this host ran the profile's probe" in text
+    assert "mean; profile rescaled to this host: probe x" in text     # the phase table's title
+    assert main(["replay", str(trace), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o2"), "--no-progress",
+                 "--no-host-check"]) == 0
+    text = capsys.readouterr().out
+    assert "host check: off" in text and "rescaled" not in text
+
+
+def test_run_report_says_the_prediction_was_rescaled(tmp_path):
+    """`yatt run`'s predicted-vs-measured table and line name the rescale they used."""
+    from rich.console import Console
+
+    from yatt.cli.run import fidelity_report
+    from yatt.core.trace import Trace
+    from yatt.planner.costmodel import AnalyticCostModel
+
+    trace = Trace.read_jsonl(_tiny_trace(tmp_path / "t.jsonl"))
+    cost = AnalyticCostModel.for_experiment(trace.meta.plan.experiment)
+    con = Console(record=True, width=200)
+    fidelity_report(con, trace, cost, "rescaled to this host: probe x0.90")
+    text = con.export_text()
+    line = next(x for x in text.splitlines() if x.startswith("fidelity: predicted"))
+    assert line.endswith("; profile rescaled to this host: probe x0.90")
+    assert "mean; profile rescaled to this host: probe x0.90)" in text
+    con = Console(record=True, width=200)
+    fidelity_report(con, trace, cost)
+    assert "rescaled" not in con.export_text()
