@@ -80,3 +80,14 @@ def test_the_full_profile_covers_every_term_and_smoke_says_what_it_lacks(exps):
     assert {"rpc_s", "handoff_s", "contention", "tiny-actor: sync", "tiny-actor: train_tp",
             "tiny-actor: train_dp"} <= lack
     assert missing_terms(dataclasses.replace(prof, tables=None), short) == ("tables",)
+
+
+def test_quick_and_smoke_together_is_one_line_exit_2(tmp_path, capsys):
+    from yatt.cli.main import main
+
+    out = tmp_path / "p.yaml"
+    assert main(["profile", str(CONFIGS[0]), "--quick", "--smoke", "-o", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--smoke" in err[0] and "one of them" in err[0]
+    assert not out.exists()
