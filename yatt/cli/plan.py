@@ -285,7 +285,9 @@ def run_plan_command(args: argparse.Namespace) -> int:
     to_stdout = json_to is not None and str(json_to) == "-"
     console = Console(width=max(Console().width, 140), stderr=to_stdout)
     console.print(_header(exp))
-    host = host_checked(console, profile, config, probe_host)   # before any prediction
+    # before any prediction; `yatt profile` takes experiment configs, not plans
+    host = host_checked(console, profile, "EXPERIMENT.yaml" if is_plan_file(config) else config,
+                        probe_host)
     profile = host.profile
     cost = cost_model_for(exp, profile)
     if host.note:

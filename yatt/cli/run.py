@@ -175,7 +175,9 @@ def run_command(args: argparse.Namespace) -> int:
         exp = _with_data_lengths(exp, job)
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
-    host = host_checked(console, profile, src, probe_host)   # before any prediction
+    # before any prediction; `yatt profile` takes experiment configs, not plans
+    host = host_checked(console, profile, "EXPERIMENT.yaml" if is_plan_file(src) else src,
+                        probe_host)
     profile = host.profile
     console.print(cost_model_line(args.profile, profile, host.note), markup=False, soft_wrap=True)
     if not is_plan_file(src):
