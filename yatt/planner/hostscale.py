@@ -149,6 +149,6 @@ def stale_line(r: HostRatios, config: str, device: str = "cpu",
     [1/band, band]); None inside it."""
     if not r.outside_band(band):
         return None
-    return (f"host check: the profile was made on a different host (probe x{r.whole:.2f}, "
-            f"outside x{1 / band:.2f}-x{band:.2f}); refresh it: `{refresh_command(config, device)}`"
-            " and pass --profile profile.yaml")
+    return (f"host check: the profile was made on a different host, or this one is far busier "
+            f"now (probe x{r.whole:.2f}, outside x{1 / band:.2f}-x{band:.2f}); refresh it: "
+            f"`{refresh_command(config, device)}` and pass --profile profile.yaml")
