@@ -170,6 +170,33 @@ def _fidelity(d: dict) -> list[str]:
     out += _table(["workload", "planner's mode", "measured faster", "gap", "correct"],
                   [[m["workload"], m["planner_mode"], m["measured_faster"], _apct(m.get("measured_gap")),
                     m.get("correct")] for m in d.get("mode_choice", [])])
+    return out + _fidelity_columns(d)
+
+
+def _fidelity_columns(d: dict) -> list[str]:
+    """The three a-priori columns (profile as is, rescaled to the host, a fresh quick
+    profile) per case and summarised, where the result has them."""
+    cols = [c for c in d.get("columns", []) if c in d.get("column_summary", {})]
+    if not cols:
+        return []
+    q = d.get("quick_profile") or {}
+    out = ["A priori, three profiles over the same runs: the profile as is, rescaled to this "
+           "host by the probe timed before each run, and a fresh `yatt profile --quick`"
+           + (f" ({q.get('wall_s')} s to make; `{q.get('path')}`)" if q else "") + ".", ""]
+    out += _table(["case", "measured s/step", *[f"{c} s/step (error)" for c in cols], "host ratio before"], [
+        [c["case"], c.get("measured_step_s"),
+         *[(f"{_fmt(c['columns'][k]['predicted_step_s'])} ({_pct(c['columns'][k]['err'])})"
+            if k in c.get("columns", {}) else "-") for k in cols],
+         (c.get("host_ratios_before") or {}).get("whole")] for c in d.get("cases", [])])
+    s = d["column_summary"]
+    out += _table(["column", "end to end median", "max", "per phase median", "per phase max",
+                   "mode choice correct"],
+                  [[k, _apct(s[k].get("median_abs_err")), _apct(s[k].get("max_abs_err")),
+                    _apct(s[k].get("phase_median_abs_err")), _apct(s[k].get("phase_max_abs_err")),
+                    s[k].get("mode_choice_correct")] for k in cols])
+    lack = {n: m for n, m in (q.get("missing_terms") or {}).items() if m}
+    if q:
+        out += [f"Quick profile terms not measured: {_fmt(sorted(lack)) if lack else 'none'}.", ""]
     return out
 
 
@@ -304,7 +331,7 @@ def _vs_trl(d: dict) -> list[str]:
 
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "checkpoint": _checkpoint, "controllers": _controllers, "fidelity": _fidelity,
-    "fidelity-calibrated": _fidelity, "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
+    "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,
     "plan_speed": _plan_speed, "sim_speed": _sim_speed, "vs_trl": _vs_trl,
 }

@@ -32,6 +32,16 @@ Host drift: a shared VM's speed changes between the profile's minutes and the ru
 against the measurement: a diagnostic that separates the model's error from the host's
 drift, not a prediction (the ratio is only known after the run).
 
+Three a-priori columns over the same runs (`columns` per case, `column_summary`):
+  as_is     the profile as it is (the table above)
+  rescaled  the profile rescaled to this host by its host probe timed just before the run
+            (`yatt.planner.hostscale`: what `yatt plan|run` do before predicting); the run's
+            plan is the one planned with it, as `yatt run` plans
+  quick     a fresh `yatt profile --quick` of the workloads, made at the start of the bench
+            (its wall time and whether it covers every term are recorded), as it is
+Each column predicts the same run's plan; per column the bench also records the plan its
+own search picks and the mode it prefers.
+
 It also reports whether the planner's preferred mode (best predicted step time over both
 modes) is the measured faster one in each workload.
 
@@ -45,29 +55,40 @@ comes from `--contention`:
 Writes bench/results/fidelity.json and fidelity.png and prints one summary line.
 `--engine-tp 2` runs the cases with TP=2 rollout and GenRM engines (written by default to
 fidelity-tp2.json: `--only short --modes colocate --engine-tp 2`).
+`--save-traces DIR` copies the measured traces of `--save-cases` (default short/partial and
+longtail/colocate) to DIR/measured-WORKLOAD-MODE.jsonl.gz with a provenance sidecar
+(.provenance.json: the bench command, the plan and its YAML, host, git commit, date).
 Usage: .venv/bin/python bench/fidelity.py [--steps 4] [--only short,wide] [--profile P]
                                          [--niceness 0] [--reuse] [--contention profile]
-                                         [--engine-tp 1]
+                                         [--engine-tp 1] [--quick-profile make|none|PATH]
+                                         [--save-traces traces]
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import enum
+import gzip
 import json
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
+from _results import host_description, write_result  # noqa: E402  (bench/ is on sys.path)
 WORKLOADS = ("short", "longtail", "wide")
 PROBE_S = 4.0  # host probe before and after each run
 OUT = ROOT / "bench" / "results"
 RUNS = ROOT / "out" / "fidelity_runs"  # run directories (traces); not committed
+QUICK = RUNS / "quick-profile.yaml"    # the bench's fresh `yatt profile --quick`
+COLUMNS = ("as_is", "rescaled", "quick")
+SAVE_CASES = "short/partial,longtail/colocate"
 
 
 class ContentionSource(enum.Enum):
@@ -187,50 +208,102 @@ def _as_recorded(sim):
     return Trace(sim.meta, sim.samples, tuple(spans))
 
 
+def _probe_parts(seconds: float) -> list:
+    from yatt.profiling import microbench as mb
+
+    return [list(x) for x in mb.host_probe_parts(seconds)]
+
+
+def rescaled_profile(profile, before: list):
+    """`profile` rescaled to the host probe `before` (a list of [python s, matmul s]) as
+    `yatt plan|run` rescale it; None where the profile or the probe cannot say."""
+    from yatt.planner.hostscale import HostProbe, host_ratios, rescale_profile
+
+    if not before or profile.tables is None:
+        return None, None
+    now = HostProbe(python_s=statistics.median(a for a, _ in before),
+                    matmul_s=statistics.median(b for _, b in before))
+    r = host_ratios(profile.tables, now)
+    return (None, None) if r is None else (rescale_profile(profile, r, now), r)
+
+
+def _column(plan, name: str, mode, profile, engine_tp: int, meas, keep, steps: int, seed: int,
+            meas_step: float) -> tuple[dict, object]:
+    """One a-priori column: the run's plan predicted with `profile` (and its measured stop
+    lengths), end to end and per phase, and the plan its own search picks; with the cost
+    model."""
+    from yatt.planner.replay import phase_rows
+    from yatt.sim.simulate import simulate
+
+    exp, cost, own = _plan(name, mode, profile, engine_tp)
+    sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
+    pred = _median_steps(sim.step_times(), 1)
+    ph = _phase_busy(phase_rows(meas, _as_recorded(sim), keep))
+    return ({"predicted_step_s": round(pred, 4), "err": round(_rel(pred, meas_step), 4),
+             "own_plan": own.describe(),
+             "phases": {k: {"predicted_s": round(p, 4), "predicted_err": round(_rel(p, m), 4)}
+                        for k, (m, p) in sorted(ph.items())}}, cost)
+
+
 def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = False,
-             engine_tp: int = 1) -> dict:
-    """Plan, predict, run (or reuse a saved run with `reuse`), compare. `engine_tp`: the
-    rollout and GenRM engines' TP (vLLM's own tensor parallelism)."""
+             engine_tp: int = 1, quick=None, rescaled_out: dict | None = None) -> dict:
+    """Probe the host, plan (with the profile rescaled to the probe, as `yatt run` plans),
+    predict, run (or reuse a saved run with `reuse`), compare. `engine_tp`: the rollout and
+    GenRM engines' TP (vLLM's own tensor parallelism); `quick`: a fresh quick profile for
+    the third column; `rescaled_out` receives the rescaled profile (for the mode choice)."""
     from yatt.core.trace import Trace
     from yatt.planner.replay import phase_rows, replay
     from yatt.sim.simulate import simulate
 
-    exp, cost, plan = _plan(name, mode, profile, engine_tp)
     tag = "" if engine_tp == 1 else f"-tp{engine_tp}"
+    out = RUNS / f"{name}-{mode.value}{tag}"
+    probe_file = out / "host_probe.json"
+    saved = json.loads(probe_file.read_text()) if reuse and probe_file.is_file() else None
+    if isinstance(saved, dict):      # {"before": [[python s, matmul s], ...], "after": [...]}
+        before, after = saved.get("before", []), saved.get("after", [])
+    elif saved is not None:          # older runs: whole-probe seconds, before and after together
+        before, after = [], [[x, 0.0] for x in saved]
+    else:
+        before, after = ([], []) if reuse else (_probe_parts(PROBE_S), [])
+    rescaled, ratios = rescaled_profile(profile, before)
+    if rescaled_out is not None:
+        rescaled_out[(name, mode.value)] = rescaled
+    # the run's plan: as `yatt run` plans it (the rescaled profile where the probe allows)
+    exp, cost, plan = _plan(name, mode, rescaled or profile, engine_tp)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
     pred_step = _median_steps(sim.step_times(), 1)
-    # the same prediction without the stop-length (EOS) model: every response at its budget
     no_stop = dataclasses.replace(exp.workload, stop_len=None)
     budget_step = _median_steps(simulate(plan, no_stop, cost, seed=seed, steps=steps).step_times(), 1)
     sim_resp = [int(x.response_tokens) for x in sim.samples if x.step >= 1]
-    out = RUNS / f"{name}-{mode.value}{tag}"
     t0 = time.time()
     load0 = os.getloadavg()[0]
     if reuse and (out / "trace.jsonl").is_file():
         trace = Trace.read_jsonl(out / "trace.jsonl")
         steps = trace.meta.steps
-        probe_file = out / "host_probe.json"
-        probe = json.loads(probe_file.read_text()) if probe_file.is_file() else []
         wall = 0.0
     else:
-        from yatt.profiling import microbench as mb
         from yatt.exec.runner import run_plan
 
-        probe = mb.host_probe(PROBE_S)
         t0 = time.time()
         trace = run_plan(plan, steps=steps, out_dir=out, seed=seed, progress=False)
         wall = time.time() - t0
-        probe += mb.host_probe(PROBE_S)
-        (out / "host_probe.json").write_text(json.dumps(probe) + "\n")
+        after = _probe_parts(PROBE_S)
+        probe_file.write_text(json.dumps({"before": before, "after": after}) + "\n")
+    probe = [a + b for a, b in before + after]
     base = profile.tables.host_probe_s if profile.tables else 0.0
     ratio = statistics.median(probe) / base if probe and base > 0 else None
     meas = Trace(trace.meta, tuple(x for x in trace.samples if x.step >= 1),
                  tuple(x for x in trace.spans if x.step >= 1))
-    rep = replay(meas, cost)
     meas_step = _median_steps(trace.step_times(), 1)
     meas_mean = _mean_steps(trace.step_times(), 1)
     keep = [k for k in sim.steps() if k >= 1]
-    pri = _phase_busy(phase_rows(meas, _as_recorded(sim), keep))
+    columns, costs = {}, {}
+    for col, prof in zip(COLUMNS, (profile, rescaled, quick)):
+        if prof is not None:
+            columns[col], costs[col] = _column(plan, name, mode, prof, engine_tp, meas, keep,
+                                               steps, seed, meas_step)
+    rep = replay(meas, costs["as_is"])   # the replay diagnostic: the profile as it is
+    pri = {k: (0.0, v["predicted_s"]) for k, v in columns["as_is"]["phases"].items()}
     phases = {}
     spread = _step_spread(meas)
     rep_rows = phase_rows(rep.recorded, _as_recorded(rep.predicted), rep.steps)
@@ -240,17 +313,19 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
                       "replay_err": round(_rel(r, m), 4), "predicted_err": round(_rel(a, m), 4),
                       "drift_adjusted_err": None if ratio is None else round(_rel(a * ratio, m), 4),
                       "step_spread": spread.get(ph)}
+    as_is_step = columns["as_is"]["predicted_step_s"]
     resp = [x.response_tokens for x in meas.samples]
     budget = exp.workload.response_len.mean()
     return {"case": f"{name}/{mode.value}" + tag.replace("-", "/"), "workload": name,
             "mode": mode.value, "engine_tp": engine_tp,
-            "plan": plan.describe(), "genrm": exp.genrm.name, "steps": steps,
+            "plan": plan.describe(), "planned_with": "rescaled" if rescaled is not None else "as_is",
+            "genrm": exp.genrm.name, "steps": steps, "seed": seed,
             "excluded_steps": [0], "step0_measured_s": round(trace.step_times().get(0, 0.0), 3),
-            "measured_step_s": round(meas_step, 4), "predicted_step_s": round(pred_step, 4),
+            "measured_step_s": round(meas_step, 4), "predicted_step_s": as_is_step,
             "replayed_step_s": round(_median_steps(rep.predicted.step_times(), 1), 4),
             "measured_mean_step_s": round(meas_mean, 4),
-            "mean_err": round(_rel(_mean_steps(sim.step_times(), 1), meas_mean), 4),
-            "err": round(_rel(pred_step, meas_step), 4),
+            "err": columns["as_is"]["err"],
+            "planned_step_s": round(pred_step, 4),
             "budget_only_step_s": round(budget_step, 4),
             "budget_only_err": round(_rel(budget_step, meas_step), 4),
             "replay_err": round(_rel(_median_steps(rep.predicted.step_times(), 1), meas_step), 4),
@@ -262,8 +337,12 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "load_avg": None if reuse else round((load0 + os.getloadavg()[0]) / 2, 2),
             "host_probe_s": round(statistics.median(probe), 6) if probe else None,
             "host_ratio": None if ratio is None else round(ratio, 4),
-            "drift_adjusted_err": None if ratio is None else round(_rel(pred_step * ratio, meas_step), 4),
-            "phases": phases}
+            "host_ratios_before": None if ratios is None else {
+                "whole": round(ratios.whole, 4), "interpreter": round(ratios.interpreter, 4),
+                "compute": round(ratios.compute, 4),
+                "matmul": None if ratios.matmul is None else round(ratios.matmul, 4)},
+            "drift_adjusted_err": None if ratio is None else round(_rel(as_is_step * ratio, meas_step), 4),
+            "columns": columns, "phases": phases}
 
 
 def planner_choice(name: str, profile, engine_tp: int = 1) -> str:
@@ -288,17 +367,26 @@ def plot(cases: list, path: Path) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.5))
     ax = axes[0]
+    colors = {"as_is": "tab:gray", "rescaled": "tab:blue", "quick": "tab:orange"}
+    preds = []
+    for col in COLUMNS:
+        xs = [(c["measured_step_s"], c["columns"][col]["predicted_step_s"], c["mode"])
+              for c in cases if col in c.get("columns", {})]
+        preds += [y for _, y, _ in xs]
+        for mode, marker in (("colocate", "o"), ("partial", "s")):
+            pts = [(x, y) for x, y, m in xs if m == mode]
+            if pts:
+                ax.scatter([x for x, _ in pts], [y for _, y in pts], marker=marker, s=40,
+                           color=colors[col], label=f"{col} ({mode})", alpha=0.8)
     for c in cases:
-        ax.scatter(c["measured_step_s"], c["predicted_step_s"],
-                   marker="o" if c["mode"] == "colocate" else "s", s=50)
-        ax.annotate(c["case"], (c["measured_step_s"], c["predicted_step_s"]), fontsize=7,
+        ax.annotate(c["case"], (c["measured_step_s"], c["predicted_step_s"]), fontsize=6,
                     xytext=(4, 4), textcoords="offset points")
-    hi = max([c["measured_step_s"] for c in cases] + [c["predicted_step_s"] for c in cases]) * 1.1
+    hi = max([c["measured_step_s"] for c in cases] + preds) * 1.1
     ax.plot([0, hi], [0, hi], "k--", lw=0.8)
     ax.fill_between([0, hi], [0, hi * 0.9], [0, hi * 1.1], color="green", alpha=0.1, label="±10%")
-    ax.set(xlabel="measured s/step (steps >= 1)", ylabel="predicted s/step (profiled sim)",
-           title="Step time: predicted vs measured", xlim=(0, hi), ylim=(0, hi))
-    ax.legend(loc="upper left")
+    ax.set(xlabel="measured s/step (steps >= 1)", ylabel="predicted s/step (a priori)",
+           title="Step time: as is / host-rescaled / quick profile", xlim=(0, hi), ylim=(0, hi))
+    ax.legend(loc="upper left", fontsize=6)
     ax = axes[1]
     pts = [(p["measured_s"], p["replayed_s"], ph) for c in cases for ph, p in c["phases"].items()
            if p["measured_s"] > 0.01]
@@ -316,6 +404,116 @@ def plot(cases: list, path: Path) -> None:
     plt.close(fig)
 
 
+def make_quick_profile(names: list, choice: str, reuse: bool):
+    """The third column's profile: `yatt profile --quick` of the workloads, made now
+    (`choice` make; under --reuse, the saved one), read from a file (`choice` a path), or
+    none. Returns (profile or None, what the results record about it)."""
+    from yatt.core.config import load_experiment
+    from yatt.planner.coverage import missing_terms
+    from yatt.planner.profile_io import load_profile, save_profile
+
+    exps = [load_experiment(ROOT / "configs" / "fidelity" / f"{n}.yaml") for n in names]
+    if choice == "none":
+        return None, None
+    wall = None
+    if choice != "make":
+        path = Path(choice)
+        prof = load_profile(path)
+    elif reuse:
+        if not QUICK.is_file():
+            return None, None
+        path, prof = QUICK, load_profile(QUICK)
+    else:
+        from yatt.profiling.profile import Points, profile_experiments
+
+        t0 = time.time()
+        prof = profile_experiments(exps, "cpu", Points.quick(),
+                                   tick=lambda what: print(f"  quick profile: {what}", flush=True))
+        wall = round(time.time() - t0, 1)
+        QUICK.parent.mkdir(parents=True, exist_ok=True)
+        path = QUICK
+        save_profile(prof, path)
+    return prof, {"path": _rel_path(path), "made_now": wall is not None, "wall_s": wall,
+                  "source": prof.source,
+                  "missing_terms": {e.name: list(missing_terms(prof, e)) for e in exps}}
+
+
+def _rel_path(p) -> str:
+    p = Path(p).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
+def column_summary(cases: list, choices: dict) -> dict:
+    """Per column: end-to-end and per-phase a-priori error over the cases (phases with more
+    than 0.05 s per step measured), and its mode choice."""
+    out = {}
+    for col in COLUMNS:
+        cs = [c for c in cases if col in c.get("columns", {})]
+        if not cs:
+            continue
+        errs = [abs(c["columns"][col]["err"]) for c in cs]
+        ph = [abs(x["predicted_err"]) for c in cs for k, x in c["columns"][col]["phases"].items()
+              if c["phases"].get(k, {}).get("measured_s", 0.0) > 0.05]
+        ch = choices.get(col, [])
+        out[col] = {"cases": len(cs),
+                    "median_abs_err": round(statistics.median(errs), 4),
+                    "max_abs_err": round(max(errs), 4),
+                    "phase_median_abs_err": round(statistics.median(ph), 4) if ph else None,
+                    "phase_max_abs_err": round(max(ph), 4) if ph else None,
+                    "mode_choice": ch,
+                    "mode_choice_correct": all(m["correct"] for m in ch if m["counts"])}
+    return out
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                              timeout=30, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def save_traces(cases: list, dest: Path, chosen: list, command: str) -> list:
+    """Copy the chosen cases' measured traces to DEST/measured-WORKLOAD-MODE.jsonl.gz, each
+    with a .provenance.json sidecar; returns the files written."""
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for c in cases:
+        if c["case"] not in chosen:
+            continue
+        tag = "" if c["engine_tp"] == 1 else f"-tp{c['engine_tp']}"
+        run = RUNS / f"{c['workload']}-{c['mode']}{tag}"
+        stem = f"measured-{c['workload']}-{c['mode']}{tag}"
+        gz = dest / f"{stem}.jsonl.gz"
+        with open(run / "trace.jsonl", "rb") as f, gzip.GzipFile(gz, "wb", mtime=0) as g:
+            shutil.copyfileobj(f, g)
+        plan_file = run / "plan.yaml"
+        side = {
+            "trace": gz.name, "source": "measured",
+            "recorded_by": "bench/fidelity.py: yatt.exec.runner.run_plan, the executor `yatt run` runs",
+            "command": command,
+            "rerun": f"yatt run PLAN.yaml --steps {c['steps']} --seed {c['seed']} "
+                     "(PLAN.yaml: plan_yaml below)",
+            "config": f"configs/fidelity/{c['workload']}.yaml", "mode": c["mode"],
+            "plan": c["plan"], "plan_yaml": plan_file.read_text() if plan_file.is_file() else None,
+            "steps": c["steps"], "seed": c["seed"], "excluded_steps": c["excluded_steps"],
+            "host": host_description(),
+            "git_commit": _git("rev-parse", "HEAD"),
+            "git_dirty": bool(_git("status", "--porcelain", "--untracked-files=no")),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "measured_step_s": c["measured_step_s"],
+            "predicted_step_s": {k: v["predicted_step_s"] for k, v in c["columns"].items()},
+            "host_ratios_before": c.get("host_ratios_before"),
+            "not_recorded": "GPU or driver (CPU devices: one thread each); other tenants' load "
+                            "beyond load_avg",
+            "load_avg": c.get("load_avg"),
+        }
+        side_path = dest / f"{stem}.provenance.json"
+        side_path.write_text(json.dumps(side, indent=2) + "\n")
+        written += [gz, side_path]
+    return written
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=4, help="steps per run (step 0 excluded)")
@@ -328,7 +526,8 @@ def main(argv=None) -> dict:
                          "over both devices; the profile's engine tables are TP=1, so the "
                          "cost model scales them analytically)")
     ap.add_argument("--out", default=None,
-                    help="results file (default fidelity.json; fidelity-tp2.json at --engine-tp 2)")
+                    help="results file (default fidelity.json; fidelity-tp2.json at --engine-tp 2; "
+                         "a bare name goes to bench/results/)")
     ap.add_argument("--niceness", type=int, default=0,
                     help="RAY_worker_niceness for the runs (default 0, the profile's priority; "
                          "Ray's own default is 15)")
@@ -338,9 +537,19 @@ def main(argv=None) -> dict:
                     choices=[c.value for c in ContentionSource],
                     help="host-contention ratios: the profile's (default), none, or fitted "
                          "leave-one-workload-out to the saved runs (with --reuse)")
+    ap.add_argument("--quick-profile", default="make",
+                    help="the third column: make (a fresh `yatt profile --quick` at the start; "
+                         "with --reuse the saved one), none, or a profile file")
+    ap.add_argument("--save-traces", default=None, metavar="DIR",
+                    help="copy the measured traces of --save-cases to DIR/measured-*.jsonl.gz "
+                         "with provenance sidecars (e.g. traces)")
+    ap.add_argument("--save-cases", default=SAVE_CASES,
+                    help=f"cases whose traces --save-traces copies (default {SAVE_CASES})")
     args = ap.parse_args(argv)
     if args.out is None:
         args.out = str(OUT / {1: "fidelity.json", 2: "fidelity-tp2.json"}[args.engine_tp])
+    elif Path(args.out).name == args.out:
+        args.out = str(OUT / args.out)
     source = ContentionSource(args.contention)
     if source is ContentionSource.TRACES_LOO and not args.reuse:
         ap.error("--contention traces-loo needs --reuse (it fits to the saved runs)")
@@ -357,6 +566,8 @@ def main(argv=None) -> dict:
     else:
         profiles = {n: profile for n in names}
     modes = [Mode(m) for m in args.modes.split(",") if m]
+    # before Ray starts: `yatt profile` starts and stops its own sessions
+    quick, quick_info = make_quick_profile(names, args.quick_profile, args.reuse)
     apply_local_env(True)
     if not args.reuse:
         import torch
@@ -364,30 +575,41 @@ def main(argv=None) -> dict:
     if args.niceness is not None:  # must be set before Ray starts (the raylet reads it)
         os.environ["RAY_worker_niceness"] = str(args.niceness)
     started = False if args.reuse else ensure_ray(2, None, True)  # one session for every case
-    cases = []
+    cases: list = []
+    rescaled: dict = {}
     try:
         for n in names:
             for m in modes:
-                c = run_case(n, m, profiles[n], args.steps, args.seed, args.reuse, args.engine_tp)
+                c = run_case(n, m, profiles[n], args.steps, args.seed, args.reuse, args.engine_tp,
+                             quick, rescaled)
                 cases.append(c)
-                print(f"{c['case']:22s} measured {c['measured_step_s']:6.2f} predicted "
-                      f"{c['predicted_step_s']:6.2f} ({c['err'] * 100:+.1f}%) replayed "
-                      f"{c['replayed_step_s']:6.2f} ({c['replay_err'] * 100:+.1f}%)", flush=True)
+                cols = " ".join(f"{k} {v['predicted_step_s']:6.2f} ({v['err'] * 100:+.1f}%)"
+                                for k, v in c["columns"].items())
+                print(f"{c['case']:22s} measured {c['measured_step_s']:6.2f} predicted: {cols}; "
+                      f"replayed {c['replayed_step_s']:6.2f} ({c['replay_err'] * 100:+.1f}%)",
+                      flush=True)
     finally:
         if started:
             import ray
             ray.shutdown()
-    choices = []
+    by_col: dict = {col: [] for col in COLUMNS}
     for n in names:
         by = {c["mode"]: c for c in cases if c["workload"] == n}
         if len(by) < 2:
             continue
         faster = min(by, key=lambda k: by[k]["measured_step_s"])
         slow, fast = max(x["measured_step_s"] for x in by.values()), by[faster]["measured_step_s"]
-        chosen = planner_choice(n, profiles[n], args.engine_tp)
-        choices.append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
-                        "measured_gap": round(slow / fast - 1, 4), "correct": chosen == faster,
-                        "counts": slow / fast - 1 > 0.10})
+        # the rescaled column: the profile rescaled by the probe before the workload's first run
+        first = next((rescaled[(n, m.value)] for m in modes if rescaled.get((n, m.value))), None)
+        for col, prof in zip(COLUMNS, (profiles[n], first, quick)):
+            if prof is None:
+                continue
+            chosen = planner_choice(n, prof, args.engine_tp)
+            by_col[col].append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
+                                "measured_gap": round(slow / fast - 1, 4),
+                                "correct": chosen == faster, "counts": slow / fast - 1 > 0.10})
+    choices = by_col["as_is"]
+    summary = column_summary(cases, by_col)
     errs = [abs(c["err"]) for c in cases]
     rerrs = [abs(c["replay_err"]) for c in cases]
     big = [p for c in cases for p in c["phases"].values() if p["measured_s"] > 0.05]
@@ -420,7 +642,16 @@ def main(argv=None) -> dict:
            "drift_adjusted_phase_median_abs_err": round(statistics.median(drift_ph), 4)
            if drift_ph else None,
            "ray_worker_niceness": os.environ.get("RAY_worker_niceness", "ray default (15)"),
-           "mode_choice_correct": all(c["correct"] for c in choices if c["counts"])}
+           "mode_choice_correct": all(c["correct"] for c in choices if c["counts"]),
+           "columns": list(COLUMNS), "column_summary": summary, "quick_profile": quick_info,
+           "targets": {"rescaled_median_abs_err": 0.10, "quick_median_abs_err": 0.05,
+                       "phase_median_abs_err": 0.15}}
+    if args.save_traces:
+        chosen = [x for x in args.save_cases.split(",") if x]
+        saved = save_traces(cases, Path(args.save_traces), chosen,
+                            " ".join(["python", "bench/fidelity.py"] + list(
+                                sys.argv[1:] if argv is None else argv)))
+        res["saved_traces"] = [_rel_path(p) for p in saved]
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     write_result(out, res, indent=2)
@@ -433,6 +664,9 @@ def main(argv=None) -> dict:
           f"{res['drift_adjusted_median_abs_err']}, per phase "
           f"{res['drift_adjusted_phase_median_abs_err']}; mode choice "
           f"correct: {res['mode_choice_correct']} -> {out}")
+    for col, v in summary.items():
+        print(f"  {col:9s} median |err| {v['median_abs_err']}, max {v['max_abs_err']}; per phase "
+              f"median {v['phase_median_abs_err']}; mode choice correct: {v['mode_choice_correct']}")
     return res
 
 

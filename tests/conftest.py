@@ -15,6 +15,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# plans with a profile use its times as measured (no host probe: seconds per plan, and a
+# result that depends on the machine's speed); tests of the host check turn it on
+os.environ.setdefault("YATT_HOST_CHECK", "off")
 
 
 def _has_cuda() -> bool:

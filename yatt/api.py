@@ -212,7 +212,8 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
                 against the best, like `yatt plan PLAN.yaml`)
     placement   a placement to score against the best: text such as
                 "partial R4(tp2) G44(tp4) T48(tp1)", or a Plan
-    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic)
+    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic),
+                its times as measured (`yatt plan` first rescales them to this host)
     gpus        cluster sizes for the scaling sweep (`PlanResult.scaling`)
     steps, price_per_gpu_hour   how runs are priced in the summary and the ranking
     progress    called as progress(simulations_done, what) while searching

@@ -253,6 +253,12 @@ def _faults(ctx: Ctx) -> list[str]:
     return ["run", str(DEMO), "--out", str(ctx.out), "--no-progress"]
 
 
+def _host_check_env(ctx: Ctx) -> list[str]:
+    ctx.env["YATT_HOST_CHECK"] = "maybe"
+    return ["plan", str(demo_config(ctx)), "--profile", str(CONFIGS / "profiles" / "cpu-local.yaml"),
+            "--out", str(ctx.out), "--no-progress"]
+
+
 def _sparse_profile(ctx: Ctx) -> list[str]:
     p = sparse_file(ctx.tmp / "profile.yaml", 200 << 20)
     return ["plan", str(demo_config(ctx)), "--profile", str(p), "--out", str(ctx.out), "--no-progress"]
@@ -452,6 +458,8 @@ CASES: tuple[Case, ...] = (
     # -- environment read before anything starts
     Case("faults-env-bad", "faults env", "YATT_FAULTS=trainer.explode@x", _faults, "",
          "YATT_FAULTS", "ROLE.EVENT@N"),
+    Case("host-check-env-bad", "host check env", "YATT_HOST_CHECK=maybe", _host_check_env, "",
+         "YATT_HOST_CHECK", "on|off"),
 )
 
 
@@ -595,7 +603,10 @@ def snapshot(root: Path) -> dict[str, tuple]:
 def run(argv: list[str], ctx: Ctx) -> Result:
     """`python -m yatt.cli ARGV` under the caps; CPU and peak memory of that process tree."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("YATT_") or k == "YATT_CACHE"}
-    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", **ctx.env)
+    # the host check's probe (torch, seconds) is not what a hostile case measures; a case
+    # that tests its environment variable sets it in ctx.env
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1", YATT_HOST_CHECK="off")
+    env.update(ctx.env)
     p = subprocess.Popen([sys.executable, "-m", "yatt.cli", *argv], cwd=ctx.tmp, env=env,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=_cap)
     got: dict[str, bytes] = {}

@@ -229,12 +229,12 @@ def test_contention_counts_to_measure():
     exps = [load_experiment(DEMO)]
     assert Points().busy_counts(exps, "cpu") == tuple(range(2, exps[0].cluster.num_gpus + 1))
     assert Points().busy_counts(exps, "cuda") == ()
-    assert Points.quick().busy_counts(exps, "cpu") == ()
+    assert Points.smoke().busy_counts(exps, "cpu") == ()
     assert Points(contention=(3, 2, 1)).busy_counts(exps, "cpu") == (2, 3)
 
 
 def test_group_and_sync_counts_to_measure():
-    """DP groups: what a TP=1 trainer gets on the experiments' clusters (none in the quick
+    """DP groups: what a TP=1 trainer gets on the experiments' clusters (none in the smoke
     set); weight sync: 1 .. the cluster's engines."""
     from yatt.profiling.profile import Points, sync_counts
 
@@ -243,7 +243,7 @@ def test_group_and_sync_counts_to_measure():
     assert n >= 2
     assert Points().dp_sizes(exps, exps[0].actor.name)[-1] == min(n, 4)
     assert Points().dp_sizes(exps, "another-model") == ()
-    assert Points.quick().dp_sizes(exps, exps[0].actor.name) == ()
+    assert Points.smoke().dp_sizes(exps, exps[0].actor.name) == ()
     assert sync_counts(exps, exps[0].actor.name) == tuple(range(1, min(n, 4) + 1))
 
 

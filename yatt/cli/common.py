@@ -108,11 +108,37 @@ def profile_arg(path: Optional[str]):
     return load_profile(path)
 
 
-def cost_model_line(path: Optional[str], profile: Any) -> str:
-    """Which cost model a verb uses, in one line."""
+def add_host_check_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--no-host-check", action="store_true",
+                   help="predict with the profile's times as measured (no host probe, no "
+                        "rescale; reproducible planning)")
+
+
+def host_check_on(args: argparse.Namespace) -> bool:
+    """Whether the verb times the host probe: not with --no-host-check, nor with
+    YATT_HOST_CHECK=off (a bad value: one line, exit 2). Call it while validating."""
+    from yatt.profiling.hostcheck import enabled_by_env
+
+    return enabled_by_env() and not getattr(args, "no_host_check", False)
+
+
+def host_checked(console: Any, profile: Any, config: Any, enabled: bool):
+    """The profile rescaled to this host (`yatt.profiling.hostcheck`), its lines printed on
+    `console`; a `HostCheck` whose `.profile` the verb predicts with."""
+    from yatt.profiling.hostcheck import check_host
+
+    check = check_host(profile, clean(str(config), 400), enabled=enabled)
+    for line in check.lines:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
+    return check
+
+
+def cost_model_line(path: Optional[str], profile: Any, note: str = "") -> str:
+    """Which cost model a verb uses, in one line (`note`: how the host check rescaled it)."""
     if not path:
         return "cost model: analytic defaults"
     kind = "measured tables" if getattr(profile, "tables", None) is not None else "efficiencies"
+    kind += f"; {note}" if note else ""
     return f"cost model: profile {clean(path)} ({kind})"   # plain text (printed markup=False)
 
 
@@ -164,12 +190,15 @@ def pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x * 100:+.1f}%"
 
 
-def phase_table(rep):
-    """Recorded against predicted busy seconds per (phase, role) of a replay."""
+def phase_table(rep, note: str = ""):
+    """Recorded against predicted busy seconds per (phase, role) of a replay (`note`: how the
+    host check rescaled the profile, shown in the title)."""
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"Recorded vs predicted, recorded plan ({len(rep.steps)} steps; busy seconds "
-                    "per step, mean)", title_justify="left")
+                    "per step, mean" + (f"; profile {escape(note)}" if note else "") + ")",
+              title_justify="left")
     for col in ("phase", "role", "recorded s", "predicted s", "error"):
         t.add_column(col, justify="left" if col in ("phase", "role") else "right")
     for r in rep.phases():

@@ -31,8 +31,9 @@ from yatt.planner.ranking import write_csv
 from yatt.planner.candidate import SearchResult
 from yatt.planner.sizes import parse_gpu_sizes
 
-from .common import (LazyProgress, check_not_inputs, check_out_dir, check_out_file, check_top,
-                     config_or_bundled, cost_model_line, profile_arg, shown, shown_lines)
+from .common import (LazyProgress, add_host_check_flag, check_not_inputs, check_out_dir,
+                     check_out_file, check_top, config_or_bundled, cost_model_line, host_check_on,
+                     host_checked, profile_arg, shown, shown_lines)
 from .plan_emit import emit_all, file_name, parse_frameworks, write_emitted
 from .plan_report import cost_table, given_table, scaling_table
 
@@ -271,9 +272,9 @@ def run_plan_command(args: argparse.Namespace) -> int:
     if args.placement is not None:
         given = parse_placement(args.placement, exp)
     sizes = parse_gpu_sizes(args.gpus, exp.cluster)
-    cost = cost_model_for(exp, profile)
     label = f"profile {args.profile}" if args.profile else "analytic defaults"
     check_plan(exp, args.top, sizes, file=str(config), given=given is not None)  # before it starts
+    probe_host = host_check_on(args)
     inputs = [config] + ([args.profile] if args.profile else [])
     out = check_out_dir(args.out)                        # writable, before the work
     check_not_inputs(out, OUTPUTS + tuple(file_name(f) for f in frameworks), inputs)
@@ -284,7 +285,14 @@ def run_plan_command(args: argparse.Namespace) -> int:
     to_stdout = json_to is not None and str(json_to) == "-"
     console = Console(width=max(Console().width, 140), stderr=to_stdout)
     console.print(_header(exp))
-    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
+    # before any prediction; `yatt profile` takes experiment configs, not plans
+    host = host_checked(console, profile, "EXPERIMENT.yaml" if is_plan_file(config) else config,
+                        probe_host)
+    profile = host.profile
+    cost = cost_model_for(exp, profile)
+    if host.note:
+        label += f" ({host.note})"
+    console.print(cost_model_line(args.profile, profile, host.note), markup=False, soft_wrap=True)
     if args.breakdown:
         print_breakdown(console, exp, cost)
     prog = LazyProgress(console, "searching placements", enabled=not args.no_progress)
@@ -350,6 +358,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--top", type=int, default=5, help="rows in the ranked table (default: 5)")
     p.add_argument("--gpus", default=None, help="comma-separated cluster sizes for a scaling curve")
     p.add_argument("--profile", default=None, help="profile.yaml from `yatt profile`/`yatt calibrate`")
+    add_host_check_flag(p)
     p.add_argument("--breakdown", action="store_true", help="also print per-role memory and unit costs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--placement", default=None, metavar="TEXT",

@@ -26,7 +26,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("config", nargs="+", help="experiment YAML(s); their distinct models are measured once")
     p.add_argument("--device", default="cpu", help="cpu|cuda (default: cpu; cuda is untested here)")
     p.add_argument("-o", "--out", default="profile.yaml", help="output file (default: profile.yaml)")
-    p.add_argument("--quick", action="store_true", help="reduced point set (tests, smoke checks)")
+    p.add_argument("--quick", action="store_true",
+                   help="every table, fewer points and repetitions (about 2 minutes per "
+                        "experiment on the demo models): re-profile a host in minutes")
+    p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)   # tests: tiny, incomplete
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=profile_command)
 
@@ -34,6 +37,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def profile_command(args: argparse.Namespace) -> int:
     from yatt.core.config import load_experiment
 
+    if args.quick and args.smoke:
+        raise InputError("--quick and --smoke are two point sets; allowed: one of them", field="--smoke")
     if args.device not in DEVICES:
         raise InputError(f"got {args.device!r}; allowed: {'|'.join(DEVICES)}", field="--device")
     exps = [load_experiment(c) for c in args.config]
@@ -53,7 +58,7 @@ def profile_command(args: argparse.Namespace) -> int:
     from yatt.profiling.profile import Points, models_to_measure, profile_experiments
     from yatt.planner.profile_io import save_profile
 
-    pts = Points.quick() if args.quick else Points()
+    pts = Points.smoke() if args.smoke else Points.quick() if args.quick else Points()
     actors, genrms = models_to_measure(exps)
     console = Console(stderr=True)
     with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
@@ -68,6 +73,12 @@ def profile_command(args: argparse.Namespace) -> int:
                                   tick=lambda what: bar.update(task, advance=1, description=what))
     save_profile(prof, out)
     _summary(console, prof)
+    from yatt.planner.coverage import missing_terms
+
+    for e in exps:
+        lack = missing_terms(prof, e)
+        console.print(f"{shown(e.name)}: " + ("every term measured" if not lack else
+                      "not measured (priced by the analytic model): " + shown(", ".join(lack))))
     print(f"wrote {clean(str(out))}")
     return 0
 

@@ -20,8 +20,9 @@ from yatt.core.roles import Mode
 from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
-from .common import (LazyProgress, check_not_inputs, check_out_dir, phase_table, plot_text,
-                     profile_arg, shown, wide_console)
+from .common import (LazyProgress, add_host_check_flag, check_not_inputs, check_out_dir,
+                     host_check_on, host_checked, phase_table, plot_text, profile_arg, shown,
+                     wide_console)
 
 OUTPUTS = ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png",
            "samples.parquet", "spans.parquet")
@@ -42,6 +43,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--gpus", default=None,
                    help="comma-separated cluster sizes (default: the recorded size and twice it)")
     p.add_argument("--profile", default=None, help="profile.yaml from `yatt calibrate`/`yatt profile`")
+    add_host_check_flag(p)
     p.add_argument("--out", default="out/replay", help="output directory (default: out/replay)")
     p.add_argument("--parquet", action="store_true", help="also export samples/spans as Parquet "
                    "(needs pyarrow; skipped with a note otherwise)")
@@ -179,6 +181,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
     from yatt.planner.budget import check_replay
 
     check_replay(trace, sizes, modes, cluster, file=args.trace)   # the work, estimated before it starts
+    probe_host = host_check_on(args)
     out = check_out_dir(args.out)                       # writable, before the work
     check_not_inputs(out, OUTPUTS, [args.trace] + [p for p in (args.profile, args.cluster) if p])
 
@@ -189,6 +192,9 @@ def run_replay_command(args: argparse.Namespace) -> int:
                   f"recorded plan {plan.describe()} on {plan.cluster.num_gpus} x "
                   f"{shown(plan.cluster.gpu.name)}; cost model: "
                   + (f"profile {shown(args.profile)}" if args.profile else "default efficiencies"))
+    # the recorded run's experiment is in the trace: the refresh names its config generically
+    host = host_checked(console, profile, "EXPERIMENT.yaml", probe_host)
+    profile = host.profile
     prog = LazyProgress(console, "replaying", enabled=not args.no_progress)
     try:
         rep = replay(trace, cost_model_for(plan.experiment, profile))
@@ -196,7 +202,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
                        modes=modes, cluster=cluster, progress=prog)
     finally:
         prog.close()
-    console.print(phase_table(rep))
+    console.print(phase_table(rep, host.note))
     err = median_phase_error(rep)
     if err > CALIBRATE_ABOVE:
         console.print(f"median per-phase error {err * 100:.0f}% (> {CALIBRATE_ABOVE * 100:.0f}%): the trace "

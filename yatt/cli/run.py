@@ -21,8 +21,9 @@ from yatt.core.plan import Experiment, Plan
 from yatt.core.roles import Mode
 from yatt.core.runnable import EXECUTED_MODES, check_runnable
 
-from .common import (check_fault_env, check_out_dir, config_or_bundled, cost_model_line, needs_exec,
-                     phase_table, profile_arg, shown)
+from .common import (add_host_check_flag, check_fault_env, check_out_dir, config_or_bundled,
+                     cost_model_line, host_check_on, host_checked, needs_exec, phase_table,
+                     profile_arg, shown)
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -35,8 +36,9 @@ def _mode(text: Optional[str]) -> Optional[Mode]:
     return mode
 
 
-def fidelity_report(console: Console, trace, cost) -> None:
-    """Predicted (simulator, replaying the measured lengths) vs measured, per phase."""
+def fidelity_report(console: Console, trace, cost, note: str = "") -> None:
+    """Predicted (simulator, replaying the measured lengths) vs measured, per phase.
+    `note`: how the host check rescaled the profile behind `cost` (said with the numbers)."""
     from yatt.core.trace import Trace
     from yatt.planner.replay import replay
 
@@ -47,10 +49,11 @@ def fidelity_report(console: Console, trace, cost) -> None:
         trace = Trace(trace.meta, tuple(s for s in trace.samples if s.step >= skip),
                       tuple(s for s in trace.spans if s.step >= skip))
     rep = replay(trace, cost)
-    console.print(phase_table(rep))
+    console.print(phase_table(rep, note))
     console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
                   f"{rep.recorded_stats.step_time_mean:.2f} s/step ({rep.step_error * 100:+.1f}%)"
-                  + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else ""))
+                  + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else "")
+                  + (f"; profile {note}" if note else ""), markup=False, highlight=False)
 
 
 def _check_flags(args: argparse.Namespace) -> None:
@@ -153,6 +156,7 @@ def run_command(args: argparse.Namespace) -> int:
                          field="--steps")
     _check_flags(args)
     check_fault_env()   # YATT_FAULTS, before anything starts
+    probe_host = host_check_on(args)
     if args.resume:
         return resume_command(args, Console())
     src = config_or_bundled(args.target, DEMO_EXPERIMENT)
@@ -171,7 +175,11 @@ def run_command(args: argparse.Namespace) -> int:
         exp = _with_data_lengths(exp, job)
     if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
         profile, args.profile = found  # the shipped profile for this device kind
-    console.print(cost_model_line(args.profile, profile), markup=False, soft_wrap=True)
+    # before any prediction; `yatt profile` takes experiment configs, not plans
+    host = host_checked(console, profile, "EXPERIMENT.yaml" if is_plan_file(src) else src,
+                        probe_host)
+    profile = host.profile
+    console.print(cost_model_line(args.profile, profile, host.note), markup=False, soft_wrap=True)
     if not is_plan_file(src):
         exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)
@@ -214,7 +222,7 @@ def run_command(args: argparse.Namespace) -> int:
     from yatt.sim.gantt import plot_gantt
 
     plot_gantt(trace, out / "timeline.png", title=f"measured: {plan.describe()}")
-    fidelity_report(console, trace, cost)
+    fidelity_report(console, trace, cost, host.note)
     console.print(f"run dir: {shown(out)} (trace.jsonl, timeline.json, timeline.png, metrics.csv, plan.yaml)")
     return 0
 
@@ -231,6 +239,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--address", default=None, help="join an existing Ray cluster (ray://... or host:port)")
     p.add_argument("--profile", default=None, help="profile.yaml for the predictions")
+    add_host_check_flag(p)
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--resume", metavar="RUN_DIR", default=None,
                    help="continue RUN_DIR from its newest valid checkpoint")

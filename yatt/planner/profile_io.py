@@ -11,6 +11,9 @@ the same small YAML file, so every consumer reads one format:
       device: cpu
       rpc_s: 0.0012               # one Ray actor round trip
       load_avg: 1.9               # 1-min load average while measuring (shared boxes: noise)
+      host_probe_s: 0.0146        # the host-speed probe then (`yatt.planner.hostscale`);
+      host_probe_python_s: 0.005  # its interpreter and matmul parts (optional)
+      host_probe_matmul_s: 0.009
       transfer: [[bytes, seconds], ...]   # optional: a state dict through Ray's object store
       contention:                 # optional: several devices of one host busy at once
         - {busy: 2, reload: 1.3, offload: 1.1, decode: 1.4, logprob: 1.3, train: 1.4}
@@ -197,6 +200,12 @@ class ProfileTables:
     host_probe_s: float = spec_field(
         0.0, ge=0, le=MAX_SECONDS, help="median of `microbench.host_probe_once` while profiling (the host's "
                         "speed then; 0 = not measured)")
+    host_probe_python_s: float = spec_field(
+        0.0, ge=0, le=MAX_SECONDS, help="the probe's pure-Python part alone, median (the host's "
+                        "interpreter speed; 0 = not measured: host_probe_s stands for both parts)")
+    host_probe_matmul_s: float = spec_field(
+        0.0, ge=0, le=MAX_SECONDS, help="the probe's matmul part alone, median (the host's compute "
+                        "speed; 0 = not measured)")
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

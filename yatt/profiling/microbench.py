@@ -86,22 +86,33 @@ def matmul_loop_time(x, k: int) -> float:
     return time.perf_counter() - t0
 
 
-def host_probe_once() -> float:
-    """Seconds of one fixed CPU workload: 100k pure-Python additions and 30 fp32 256x256
-    matmuls (one thread after `prepare`). The same code at profile time and at run time
-    tells how much faster or slower the host is now than when it was profiled."""
+def host_probe_parts_once() -> tuple[float, float]:
+    """(interpreter s, matmul s) of one fixed CPU workload: 100k pure-Python additions, then
+    30 fp32 256x256 matmuls (one thread after `prepare`). The same code at profile time and
+    at plan time tells how much faster or slower the host is now than when it was profiled;
+    the two parts apart tell interpreter-bound and compute-bound speed apart."""
     import torch
 
-    return python_loop_time(100_000) + matmul_loop_time(torch.ones(256, 256), 30)
+    return python_loop_time(100_000), matmul_loop_time(torch.ones(256, 256), 30)
+
+
+def host_probe_once() -> float:
+    """Seconds of `host_probe_parts_once`, both parts together."""
+    return sum(host_probe_parts_once())
+
+
+def host_probe_parts(seconds: float) -> list[tuple[float, float]]:
+    """`host_probe_parts_once` repeated for about `seconds` (at least 3 samples)."""
+    out: list[tuple[float, float]] = []
+    end = time.perf_counter() + seconds
+    while len(out) < 3 or time.perf_counter() < end:
+        out.append(host_probe_parts_once())
+    return out
 
 
 def host_probe(seconds: float) -> list[float]:
     """`host_probe_once` repeated for about `seconds` (at least 3 samples)."""
-    out: list[float] = []
-    end = time.perf_counter() + seconds
-    while len(out) < 3 or time.perf_counter() < end:
-        out.append(host_probe_once())
-    return out
+    return [a + b for a, b in host_probe_parts(seconds)]
 
 
 def model_path(spec: ModelSpec, seed: int = 0) -> str:

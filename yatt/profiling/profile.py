@@ -28,7 +28,8 @@ Tick = Callable[[str], None]
 
 @dataclass(frozen=True)
 class Points:
-    """Where to measure. `quick()` is a reduced set for tests."""
+    """Where to measure: the full set (the shipped profile), `quick()` (users re-profiling a
+    host) or `smoke()` (tests)."""
 
     train: tuple[tuple[int, int], ...] = ((1, 16), (4, 32), (8, 32), (16, 32), (32, 32),
                                           (8, 64), (16, 64), (4, 128), (32, 16))
@@ -64,6 +65,26 @@ class Points:
 
     @classmethod
     def quick(cls) -> "Points":
+        """`yatt profile --quick`: every table the full set measures (Ray round trips, weight
+        sync, engine calls, the stream hand-off, host contention, TP / DP groups, stop
+        lengths), each fit with at least as many distinct sizes as it has coefficients,
+        one pass and fewer repetitions: minutes instead of ten, for re-profiling a host
+        rather than trusting a stale profile (bench/quick_profile.py compares it with the
+        full set per phase)."""
+        return cls(train=((1, 16), (8, 32), (32, 32), (16, 64), (4, 128)),
+                   logprob=((1, 16), (16, 32), (4, 128)),
+                   decode=((1, 16), (16, 16), (64, 16), (16, 128)),
+                   prefill=((1, 16), (8, 32), (16, 64)),
+                   join=((4, 1, 24), (16, 8, 24), (8, 8, 64)),
+                   decode_steps=8, reps=2, restarts=2, rpc_reps=20, handoff_reps=5,
+                   contention_rounds=3, stop_samples=64, passes=1,
+                   tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
+
+    @classmethod
+    def smoke(cls) -> "Points":
+        """A reduced set for tests (`yatt profile --smoke`, hidden): in-process tables only
+        (no Ray, no contention, no TP / DP groups), tiny sizes. Not a usable profile of a
+        host: plans from it price the missing terms analytically."""
         return cls(train=((2, 16), (8, 32), (4, 64)), logprob=((2, 16), (8, 32), (2, 64)),
                    decode=((1, 16), (8, 16), (8, 48)), prefill=((1, 32), (8, 32)),
                    join=((4, 2, 24),),
@@ -91,7 +112,7 @@ class Points:
     def dp_sizes(self, exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
         """Trainer DP sizes (at TP=1) to time for `actor`: what the experiments' clusters
         give a TP=1 trainer, 2 .. MAX_TP_MEASURED devices; none where TP groups are
-        skipped (`tp=()`, the quick set)."""
+        skipped (`tp=()`, the smoke set)."""
         if self.tp == ():
             return ()
         return tuple(sorted({n for e in exps if e.actor.name == actor
@@ -322,11 +343,11 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     t_start = time.perf_counter()
     load0 = os.getloadavg()[0]
     actors, genrms = models_to_measure(exps)
-    probe = mb.host_probe(pts.host_probe_s)
+    probe = mb.host_probe_parts(pts.host_probe_s)
     models = {e.actor.name: _actor_tables(e, device, pts, rng, tick, seed,
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
-    probe += mb.host_probe(pts.host_probe_s)
+    probe += mb.host_probe_parts(pts.host_probe_s)
     for e in actors:   # after the in-process tables: these start (and stop) Ray sessions
         tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
         if tps or dps:
@@ -367,12 +388,14 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
         if ec:
             models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
     c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
-    probe += mb.host_probe(pts.host_probe_s)
+    probe += mb.host_probe_parts(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
                            transfer=_points(moved),
                            handoff_s=round(handoff, 6),
-                           host_probe_s=round(statistics.median(probe), 6))
+                           host_probe_s=round(statistics.median(a + b for a, b in probe), 6),
+                           host_probe_python_s=round(statistics.median(a for a, _ in probe), 6),
+                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6))
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,

@@ -1,0 +1,142 @@
+"""Quick profile against the full one: `yatt profile --quick` per phase, on the same host.
+
+Why: users should re-profile a host instead of trusting a stale profile, and they will
+only if it takes minutes; the quick set (`Points.quick()`: every table, fewer points and
+repetitions) is worth shipping only if its predictions stay within 15% per phase of the
+full set's. This bench makes both profiles of the same experiments back to back on one
+host (quick, full, quick again: the two quick ones bound its own run-to-run noise), then,
+for each experiment and mode, simulates the full profile's best plan of that mode with
+each profile and compares busy seconds per step per phase and the step time. No executor
+runs: it compares two measurements, not a measurement with a prediction.
+Targets: quick wall time <= 120 s per experiment config; per phase within 15% of the full.
+Writes bench/results/quick_profile.json and prints one line. Takes about 15 minutes (the
+full profile of the demo and fidelity models took 684 s; each quick one about 2-4 minutes).
+Usage: .venv/bin/python bench/quick_profile.py [--configs demo-cpu,fidelity/short,...]
+                                               [--full PATH] [--seed 0]
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
+OUT = ROOT / "bench" / "results" / "quick_profile.json"
+PROFILES = ROOT / "out" / "quick_profile"   # the profiles made here; not committed
+CONFIGS = "demo-cpu,fidelity/short,fidelity/longtail,fidelity/wide"
+PHASE_TARGET = 0.15
+WALL_TARGET_S = 120.0
+STEPS = 4
+
+
+def make(exps, points, path: Path):
+    """(profile, wall seconds) of `yatt profile` with `points`, saved to `path`."""
+    from yatt.planner.profile_io import save_profile
+    from yatt.profiling.profile import profile_experiments
+
+    t0 = time.time()
+    prof = profile_experiments(exps, "cpu", points,
+                               tick=lambda what: print(f"  {path.stem}: {what}", flush=True))
+    wall = time.time() - t0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_profile(prof, path)
+    return prof, wall
+
+
+def phases(exp, plan, profile, seed: int) -> tuple[float, dict]:
+    """(median step time over steps >= 1, busy seconds per step per phase) of `plan`
+    simulated with `profile` (its measured stop lengths too)."""
+    from yatt.planner.profiled import cost_model_for, experiment_for
+    from yatt.sim.simulate import simulate
+
+    e = experiment_for(exp, profile)
+    sim = simulate(plan, e.workload, cost_model_for(e, profile), seed=seed, steps=STEPS)
+    steps = {k: v for k, v in sim.step_times().items() if k >= 1}
+    busy: dict = {}
+    for (s, p, _r), v in sim.phase_role_busy().items():
+        if s >= 1:
+            busy[p.value] = busy.get(p.value, 0.0) + float(v) / len(steps)
+    return float(statistics.median(steps.values())), busy
+
+
+def compare(exps, full, quick, seed: int) -> list:
+    """Per experiment and mode: the full profile's best plan, simulated with both."""
+    from yatt.planner.profiled import cost_model_for, experiment_for
+    from yatt.planner.search import search
+
+    rows = []
+    for exp in exps:
+        for mode in exp.search.modes:
+            e = experiment_for(dataclasses.replace(
+                exp, search=dataclasses.replace(exp.search, modes=(mode,))), full)
+            plan = search(e, cost_model_for(e, full), top=1).best.plan
+            f_step, f_ph = phases(exp, plan, full, seed)
+            q_step, q_ph = phases(exp, plan, quick, seed)
+            ph = {k: {"full_s": round(f_ph[k], 4), "quick_s": round(q_ph.get(k, 0.0), 4),
+                      "diff": round(q_ph.get(k, 0.0) / f_ph[k] - 1, 4)}
+                  for k in sorted(f_ph) if f_ph[k] > 0}
+            big = [abs(v["diff"]) for v in ph.values() if v["full_s"] > 0.05]
+            rows.append({"experiment": exp.name, "mode": mode.value, "plan": plan.describe(),
+                         "full_step_s": round(f_step, 4), "quick_step_s": round(q_step, 4),
+                         "step_diff": round(q_step / f_step - 1, 4), "phases": ph,
+                         "phase_max_abs_diff": round(max(big), 4) if big else None})
+    return rows
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--configs", default=CONFIGS, help="experiment configs under configs/")
+    ap.add_argument("--full", default=None,
+                    help="an existing full profile made on THIS host (skips making one)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    from yatt.core.config import load_experiment
+    from yatt.planner.coverage import missing_terms
+    from yatt.planner.profile_io import load_profile
+    from yatt.profiling.profile import Points
+
+    names = [c for c in args.configs.split(",") if c]
+    exps = [load_experiment(ROOT / "configs" / f"{c}.yaml") for c in names]
+    load0 = os.getloadavg()[0]
+    quick, quick_s = make(exps, Points.quick(), PROFILES / "quick-1.yaml")
+    if args.full:
+        full, full_s = load_profile(args.full), None
+    else:
+        full, full_s = make(exps, Points(), PROFILES / "full.yaml")
+    quick2, quick2_s = make(exps, Points.quick(), PROFILES / "quick-2.yaml")
+    rows = compare(exps, full, quick, args.seed)
+    rows2 = compare(exps, full, quick2, args.seed)
+    diffs = [abs(v["diff"]) for r in rows + rows2 for v in r["phases"].values() if v["full_s"] > 0.05]
+    steps = [abs(r["step_diff"]) for r in rows + rows2]
+    per_exp = [quick_s / len(exps), quick2_s / len(exps)]
+    res = {"configs": names, "full_profile": args.full or str(PROFILES / "full.yaml"),
+           "full_wall_s": None if full_s is None else round(full_s, 1),
+           "quick_wall_s": [round(quick_s, 1), round(quick2_s, 1)],
+           "quick_wall_s_per_config": [round(x, 1) for x in per_exp],
+           "quick_missing_terms": {e.name: list(missing_terms(quick, e)) for e in exps},
+           "load_avg": round((load0 + os.getloadavg()[0]) / 2, 2),
+           "cases": rows, "cases_second_quick": rows2,
+           "phase_median_abs_diff": round(statistics.median(diffs), 4) if diffs else None,
+           "phase_max_abs_diff": round(max(diffs), 4) if diffs else None,
+           "step_median_abs_diff": round(statistics.median(steps), 4) if steps else None,
+           "step_max_abs_diff": round(max(steps), 4) if steps else None,
+           "targets": {"phase_max_abs_diff": PHASE_TARGET, "quick_wall_s_per_config": WALL_TARGET_S},
+           "phase_target_met": bool(diffs) and max(diffs) <= PHASE_TARGET,
+           "wall_target_met": max(per_exp) <= WALL_TARGET_S}
+    out = Path(args.out)
+    write_result(out, res, indent=2)
+    print(f"quick profile: {res['quick_wall_s']} s for {len(exps)} configs (full "
+          f"{res['full_wall_s']} s); per phase vs full median {res['phase_median_abs_diff']}, "
+          f"max {res['phase_max_abs_diff']}; step time max {res['step_max_abs_diff']} -> {out}")
+    return res
+
+
+if __name__ == "__main__":
+    main()

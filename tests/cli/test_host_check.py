@@ -1,0 +1,140 @@
+"""The host check of `yatt plan|run|replay --profile`: it times the profile's probe on this
+host (real torch, real timing), prints the ratio, plans with the rescaled profile and,
+past the band, says in one line how to refresh the profile; --no-host-check and
+YATT_HOST_CHECK=off keep the profile as measured. The rest of the suite plans with the
+check off (tests/conftest.py)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from yatt.cli.main import main
+from yatt.planner.profile_io import load_profile
+from yatt.profiling.hostcheck import check_host
+
+ROOT = Path(__file__).resolve().parents[2]
+DEMO = ROOT / "configs" / "demo-cpu.yaml"
+SHIPPED = ROOT / "configs" / "profiles" / "cpu-local.yaml"
+
+
+def _plan(tmp_path, capsys, *extra) -> tuple[str, dict]:
+    out = tmp_path / "out"
+    js = tmp_path / "plan.json"
+    assert main(["plan", str(DEMO), "--profile", str(SHIPPED), "--out", str(out), "--no-progress",
+                 "--json", str(js), *extra]) == 0
+    return capsys.readouterr().out, json.loads(js.read_text())
+
+
+def test_plan_probes_prints_the_ratio_and_plans_rescaled(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("YATT_HOST_CHECK", "on")
+    text, summary = _plan(tmp_path, capsys)
+    line = next(x for x in text.splitlines() if x.startswith("host check: this host ran"))
+    ratio = float(line.split("probe in ")[1].split("x")[0])
+    assert ratio > 0
+    # the shipped profile recorded the whole probe only: every term by one ratio
+    assert "every term by that ratio" in line
+    assert f"rescaled to this host: probe x{ratio:.2f}" in text
+    assert "rescaled to this host" in summary["cost_model"]     # the JSON says it too
+    # the flag turns it off, and the plan is then the profile's as measured
+    off, base = _plan(tmp_path / "b", capsys, "--no-host-check")
+    assert "host check: off" in off and "rescaled" not in off
+    monkeypatch.setenv("YATT_HOST_CHECK", "off")
+    _, again = _plan(tmp_path / "c", capsys)
+    assert again["best"]["predicted"] == base["best"]["predicted"]   # reproducible: no probe
+    assert "rescaled" not in again["cost_model"]
+
+
+def test_bad_env_value_is_one_line_exit_2_nothing_written(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("YATT_HOST_CHECK", "maybe")
+    out = tmp_path / "out"
+    assert main(["plan", str(DEMO), "--profile", str(SHIPPED), "--out", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "YATT_HOST_CHECK" in err[0] and "on|off" in err[0]
+    assert not out.exists()
+
+
+def test_profile_from_another_host_gets_the_refresh_line():
+    """A profile whose probe took a tenth of what any host here takes: far outside the band."""
+    pytest.importorskip("torch")
+    prof = load_profile(SHIPPED)
+    t = prof.tables
+    fast = dataclasses.replace(prof, tables=dataclasses.replace(
+        t, host_probe_s=t.host_probe_s / 10, host_probe_python_s=0.0005, host_probe_matmul_s=0.001))
+    got = check_host(fast, "configs/demo-cpu.yaml", seconds=0.3)
+    assert got.ratios is not None and got.ratios.split and got.ratios.whole > 1.18
+    assert len(got.lines) == 2 and "different host" in got.lines[1]
+    assert "`yatt profile configs/demo-cpu.yaml --device cpu --quick -o profile.yaml`" in got.lines[1]
+    assert got.profile.tables.host_probe_s == pytest.approx(got.probe.total_s, abs=1e-6)
+    # the engine re-create (interpreter-bound) follows the Python part's ratio
+    start = t.models["tiny-actor"].engine.start_s
+    assert got.profile.tables.models["tiny-actor"].engine.start_s == pytest.approx(
+        start * got.ratios.interpreter, abs=1e-6)
+
+
+def test_skips_are_one_line_each(monkeypatch):
+    prof = load_profile(SHIPPED)
+    no_probe = dataclasses.replace(prof, tables=dataclasses.replace(prof.tables, host_probe_s=0.0))
+    gpu = dataclasses.replace(prof, tables=dataclasses.replace(prof.tables, device="cuda"))
+    for p, words in ((no_probe, "recorded no host probe"), (gpu, "a cuda profile")):
+        got = check_host(p, "c.yaml")
+        assert got.profile is p and len(got.lines) == 1 and words in got.lines[0]
+    assert check_host(prof, "c.yaml", enabled=False).lines == (
+        "host check: off; the profile's times as measured",)
+    # no tables (efficiencies only): nothing to rescale, nothing said
+    eff = dataclasses.replace(prof, tables=None)
+    assert check_host(eff, "c.yaml").lines == ()
+    # the light install: torch cannot be imported
+    monkeypatch.setitem(sys.modules, "torch", None)
+    got = check_host(prof, "c.yaml")
+    assert got.profile is prof and len(got.lines) == 1 and "needs torch" in got.lines[0]
+
+
+def _tiny_trace(path: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "tests" / "planner"))
+    from _trace_helpers import synthetic_trace
+
+    synthetic_trace(steps=2).write_jsonl(path)
+    return path
+
+
+def test_replay_checks_the_host_and_titles_the_rescaled_prediction(tmp_path, capsys, monkeypatch):
+    pytest.importorskip("torch")
+    monkeypatch.setenv("YATT_HOST_CHECK", "on")
+    trace = _tiny_trace(tmp_path / "t.jsonl")
+    assert main(["replay", str(trace), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert "host check: this host ran the profile's probe" in text
+    assert "mean; profile rescaled to this host: probe x" in text     # the phase table's title
+    assert main(["replay", str(trace), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o2"), "--no-progress",
+                 "--no-host-check"]) == 0
+    text = capsys.readouterr().out
+    assert "host check: off" in text and "rescaled" not in text
+
+
+def test_run_report_says_the_prediction_was_rescaled(tmp_path):
+    """`yatt run`'s predicted-vs-measured table and line name the rescale they used."""
+    from rich.console import Console
+
+    from yatt.cli.run import fidelity_report
+    from yatt.core.trace import Trace
+    from yatt.planner.costmodel import AnalyticCostModel
+
+    trace = Trace.read_jsonl(_tiny_trace(tmp_path / "t.jsonl"))
+    cost = AnalyticCostModel.for_experiment(trace.meta.plan.experiment)
+    con = Console(record=True, width=200)
+    fidelity_report(con, trace, cost, "rescaled to this host: probe x0.90")
+    text = con.export_text()
+    line = next(x for x in text.splitlines() if x.startswith("fidelity: predicted"))
+    assert line.endswith("; profile rescaled to this host: probe x0.90")
+    assert "mean; profile rescaled to this host: probe x0.90)" in text
+    con = Console(record=True, width=200)
+    fidelity_report(con, trace, cost)
+    assert "rescaled" not in con.export_text()

@@ -1,0 +1,154 @@
+"""Host rescale: a profile's measured seconds carried over to the host that plans with it.
+
+Why: a profile's tables are seconds on the host, and in the hour, it was measured on. Another
+machine of the same kind, or the same VM in a faster or slower state, runs every term
+faster or slower: the profiling host itself ran the profile's host probe at 0.91-1.07x its
+profile-time speed over one fidelity bench (bench/results/fidelity.json, `host_ratios`),
+and another machine of the same kind ran it 11-15% faster, with every case over-predicted.
+`yatt profile` records a fixed probe (`yatt.profiling.microbench.host_probe_parts_once`);
+timing the same probe before a prediction gives now / then, and `rescale_profile` applies
+it to the profile's times, so the prediction is made for this host, a priori.
+
+Two kinds of term follow two parts of the probe:
+  interpreter-bound  engine create / teardown, Ray round trips, engine calls, stream
+                     hand-offs, weight sync and object-store transfers (Python and process
+                     work around small tensors), and the analytic fallback's overheads the
+                     profile copied from them -> the probe's pure-Python part
+  compute-bound      the train, log-prob, decode, prefill and join tables and the TP / DP
+                     group steps (torch kernels of small models with the framework code
+                     around them) -> the whole probe (Python loop + matmuls)
+A profile that recorded only the whole probe (`host_probe_s`, older files) rescales both
+kinds by its one ratio. Contention ratios and stop lengths are ratios and counts: unchanged.
+Pure: the measuring lives in `yatt.profiling.hostcheck`.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Optional
+
+from .costmodel import Efficiency
+from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
+
+# A ratio outside [1 / HOST_RATIO_BAND, HOST_RATIO_BAND] says the profile was made on a
+# different host (or one far busier): the profiling host drifted 0.91-1.07x between its
+# own runs (bench/results/fidelity.json `host_ratios`), so 1.18x (0.85x) is beyond that
+# with margin, while the 11-15% of another machine of the same kind stays a rescale.
+HOST_RATIO_BAND = 1.18
+
+
+@dataclass(frozen=True)
+class HostProbe:
+    """The host probe timed now: medians of its two parts, seconds."""
+
+    python_s: float
+    matmul_s: float
+
+    @property
+    def total_s(self) -> float:
+        return self.python_s + self.matmul_s
+
+
+@dataclass(frozen=True)
+class HostRatios:
+    """Now over profile time (> 1: this host runs slower than the profiled one)."""
+
+    whole: float            # the whole probe
+    interpreter: float      # interpreter-bound terms follow this
+    compute: float          # compute-bound tables follow this
+    matmul: Optional[float] = None   # the matmul part alone (None: the profile has no parts)
+
+    @property
+    def split(self) -> bool:
+        """Whether the profile recorded the probe's parts (two ratios, not one)."""
+        return self.matmul is not None
+
+    def outside_band(self, band: float = HOST_RATIO_BAND) -> bool:
+        return any(not 1.0 / band <= r <= band for r in (self.whole, self.interpreter))
+
+
+def host_ratios(tables: ProfileTables, now: HostProbe) -> Optional[HostRatios]:
+    """The ratios of `now` to the probe the profile recorded; None where it recorded none
+    (or `now` timed nothing)."""
+    if tables.host_probe_s <= 0 or now.total_s <= 0:
+        return None
+    whole = now.total_s / tables.host_probe_s
+    if tables.host_probe_python_s > 0 and tables.host_probe_matmul_s > 0:
+        return HostRatios(whole=whole, interpreter=now.python_s / tables.host_probe_python_s,
+                          compute=whole, matmul=now.matmul_s / tables.host_probe_matmul_s)
+    return HostRatios(whole=whole, interpreter=whole, compute=whole)
+
+
+def _rows(rows: tuple, r: float) -> tuple:
+    """Table rows with their last column (seconds) times r."""
+    return tuple(tuple(row[:-1]) + (round(row[-1] * r, 6),) for row in rows)
+
+
+def _engine(e: Optional[EngineTable], r: HostRatios) -> Optional[EngineTable]:
+    if e is None:
+        return None
+    return dataclasses.replace(
+        e, start_s=round(e.start_s * r.interpreter, 6), stop_s=round(e.stop_s * r.interpreter, 6),
+        decode=_rows(e.decode, r.compute), prefill=_rows(e.prefill, r.compute),
+        join=_rows(e.join, r.compute), call=_rows(e.call, r.interpreter))
+
+
+def _model(m: ModelTables, r: HostRatios) -> ModelTables:
+    return dataclasses.replace(
+        m, train=_rows(m.train, r.compute), logprob=_rows(m.logprob, r.compute),
+        train_tp=_rows(m.train_tp, r.compute), train_dp=_rows(m.train_dp, r.compute),
+        engine=_engine(m.engine, r), weight_sync_s=round(m.weight_sync_s * r.interpreter, 6),
+        sync=_rows(m.sync, r.interpreter))
+
+
+def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe) -> Profile:
+    """`profile` with its measured seconds times the ratio of their kind, and `now` as its
+    recorded probe (rescaling the result again by a probe equal to `now` changes nothing)."""
+    t = profile.tables
+    if t is None:
+        return profile
+    tables = dataclasses.replace(
+        t, rpc_s=round(t.rpc_s * r.interpreter, 6), handoff_s=round(t.handoff_s * r.interpreter, 6),
+        transfer=_rows(t.transfer, r.interpreter),
+        models={name: _model(m, r) for name, m in t.models.items()},
+        host_probe_s=round(now.total_s, 6),
+        host_probe_python_s=round(now.python_s, 6) if r.split else 0.0,
+        host_probe_matmul_s=round(now.matmul_s, 6) if r.split else 0.0)
+    e: Efficiency = profile.efficiency
+    eff = dataclasses.replace(e, engine_start_s=e.engine_start_s * r.interpreter,
+                              switch_overhead_s=e.switch_overhead_s * r.interpreter,
+                              sync_overhead_s=e.sync_overhead_s * r.interpreter)
+    return dataclasses.replace(profile, tables=tables, efficiency=eff,
+                               source=f"{profile.source}; {ratio_text(r)}")
+
+
+def ratio_text(r: HostRatios) -> str:
+    """The ratios in a few words."""
+    if r.split:
+        return (f"rescaled to this host: probe x{r.whole:.2f} (interpreter x{r.interpreter:.2f}, "
+                f"matmul x{r.matmul:.2f})")
+    return f"rescaled to this host: probe x{r.whole:.2f}"
+
+
+def host_line(r: HostRatios) -> str:
+    """One line: what the probe said and that the profile's times follow it."""
+    how = (f"interpreter-bound terms x{r.interpreter:.2f}, compute tables x{r.compute:.2f} "
+           f"(matmul part x{r.matmul:.2f})" if r.split else "every term by that ratio")
+    return (f"host check: this host ran the profile's probe in {r.whole:.2f}x its profile-time "
+            f"seconds; the profile's times are rescaled: {how}")
+
+
+def refresh_command(config: str, device: str = "cpu") -> str:
+    """The `yatt profile` command that re-measures a profile for `config` on this host."""
+    return f"yatt profile {config} --device {device} --quick -o profile.yaml"
+
+
+def stale_line(r: HostRatios, config: str, device: str = "cpu",
+               band: float = HOST_RATIO_BAND) -> Optional[str]:
+    """One line when the ratio says the profile was made on another host (outside
+    [1/band, band]); None inside it."""
+    if not r.outside_band(band):
+        return None
+    return (f"host check: the profile was made on a different host, or this one is far busier "
+            f"now (probe x{r.whole:.2f}, outside x{1 / band:.2f}-x{band:.2f}); refresh it: "
+            f"`{refresh_command(config, device)}` and pass --profile profile.yaml")

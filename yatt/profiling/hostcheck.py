@@ -1,0 +1,112 @@
+"""Host check: time the profile's host probe before a prediction and rescale the profile.
+
+Why: `yatt plan|run|replay --profile P` (and `yatt run` with the shipped profile) predict
+with seconds measured on the profiling host. This times the same probe here (a few
+seconds, one thread, as `yatt profile` timed it) and hands back the profile rescaled to
+this host (`yatt.planner.hostscale`) with the lines to print: the ratio, and past the
+documented band that the profile was made on another host with the `yatt profile` command
+that refreshes it. It needs torch (the exec install); without it, one line says the check
+was skipped. `--no-host-check`, or YATT_HOST_CHECK=off in the environment (the test suite),
+keeps the profile as measured: reproducible planning.
+"""
+from __future__ import annotations
+
+import os
+import statistics
+from dataclasses import dataclass
+from typing import Optional
+
+from yatt.core.errors import InputError
+from yatt.planner.hostscale import (
+    HostProbe,
+    HostRatios,
+    host_line,
+    host_ratios,
+    ratio_text,
+    rescale_profile,
+    stale_line,
+)
+from yatt.planner.profile_io import Profile
+
+CHECK_S = 3.0       # seconds of probing: ~200 samples, over the VM's few-second speed states
+ENV = "YATT_HOST_CHECK"
+ENV_VALUES = ("on", "off")
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """The profile to predict with, and what the check found."""
+
+    profile: Optional[Profile]
+    lines: tuple[str, ...] = ()
+    ratios: Optional[HostRatios] = None
+    probe: Optional[HostProbe] = None
+
+    @property
+    def note(self) -> str:
+        """A few words for labels: how the profile was carried to this host ('' when not)."""
+        return ratio_text(self.ratios) if self.ratios is not None else ""
+
+
+def enabled_by_env() -> bool:
+    """Whether YATT_HOST_CHECK allows the check (unset: on)."""
+    v = os.environ.get(ENV, "on").strip().lower()
+    if v not in ENV_VALUES:
+        raise InputError(f"got {v!r}; allowed: {'|'.join(ENV_VALUES)}", field=ENV)
+    return v == "on"
+
+
+def measure(seconds: float = CHECK_S) -> Optional[HostProbe]:
+    """The probe's two parts on this host, medians over about `seconds`, one torch thread
+    (as `yatt profile` runs it); None without torch."""
+    try:
+        import torch
+    except (ImportError, OSError):   # not installed, or its libraries do not load here
+        return None
+    from . import microbench as mb
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        mb.host_probe_parts_once()   # warm-up: the first matmuls pay one-off set-up
+        parts = mb.host_probe_parts(seconds)
+    finally:
+        torch.set_num_threads(threads)
+    return HostProbe(python_s=statistics.median(a for a, _ in parts),
+                     matmul_s=statistics.median(b for _, b in parts))
+
+
+def _skip(profile: Optional[Profile], line: str) -> HostCheck:
+    """The profile as measured, with the one line that says why."""
+    return HostCheck(profile, (line,))
+
+
+def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
+               seconds: float = CHECK_S) -> HostCheck:
+    """Probe this host and rescale `profile` to it (see the module docstring). `config`
+    names the experiment in the refresh command; `enabled` False (the caller read
+    --no-host-check and `enabled_by_env`) keeps the profile as measured. Profiles without
+    tables (efficiencies only) are returned as they are, with no line."""
+    if profile is None or profile.tables is None:
+        return HostCheck(profile)
+    if not enabled:
+        return _skip(profile, "host check: off; the profile's times as measured")
+    t = profile.tables
+    if t.device != "cpu":
+        return _skip(profile, f"host check: skipped (a {t.device} profile; the probe "
+                              "times this host's CPU)")
+    if t.host_probe_s <= 0:
+        return _skip(profile, "host check: skipped (the profile recorded no host probe;"
+                              " `yatt profile` records one)")
+    now = measure(seconds)
+    if now is None:
+        return _skip(profile, "host check: skipped (needs torch, the exec install); the "
+                              "profile's times as measured")
+    r = host_ratios(t, now)
+    if r is None:
+        return _skip(profile, "host check: skipped (the probe timed nothing)")
+    lines = [host_line(r)]
+    stale = stale_line(r, config, t.device)
+    if stale:
+        lines.append(stale)
+    return HostCheck(rescale_profile(profile, r, now), tuple(lines), r, now)
