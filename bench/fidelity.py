@@ -16,8 +16,9 @@ simulator, runs it on the real executor (`run_plan`, Ray + Megatron + vLLM) for
 Step 0 is EXCLUDED from both sides: it pays one-off process warm-up (first vLLM forward,
 first HF/Megatron pass, lazy imports in workers: 10-16 s more than later steps here), which
 the simulator does not model; run start-up (Ray, actors, first engine start) is outside the
-steps anyway. Step time is first span start to last span end of a step (Trace.step_times);
-a case's step time is the MEDIAN over steps 1..N-1 on both sides (the box is shared: another
+steps anyway. Step time is first span start to last span end of a step (Trace.step_times;
+async, `--modes ...,async`: from the previous train end to the step's, step 0 being the
+pipeline's fill on both sides); a case's step time is the MEDIAN over steps 1..N-1 on both sides (the box is shared: another
 tenant's burst can triple one step); the mean-based error is reported too (`mean_err`).
 Per-phase numbers are busy seconds per step, means over the same steps.
 Ray nices its workers to 15 by default; on a shared box every nice-0 process of another
@@ -132,6 +133,23 @@ def _mean_steps(times: dict, skip: int) -> float:
     return statistics.fmean(xs) if xs else float("nan")
 
 
+def _step_times(trace) -> dict:
+    """Step -> seconds: an async trace's train-end to train-end step times (its per-step
+    records, as `yatt.sim.metrics` reads them; the simulator and the executor write the
+    same), else first span start to last span end (Trace.step_times)."""
+    per = trace.meta.extra.get("steps") if isinstance(trace.meta.extra, dict) else None
+    if isinstance(trace.meta.extra, dict) and trace.meta.extra.get("async") and per:
+        return {int(x["step"]): float(x["step_time_s"]) for x in per}
+    return trace.step_times()
+
+
+def _executed(search_spec):
+    """The search narrowed to what the executor runs (async: max_staleness 1)."""
+    from yatt.core.runnable import executor_search
+
+    return executor_search(search_spec)
+
+
 def _median_steps(times: dict, skip: int) -> float:
     xs = [v for k, v in sorted(times.items()) if k >= skip]
     return statistics.median(xs) if xs else float("nan")
@@ -145,7 +163,7 @@ def _plan(name: str, mode, profile, engine_tp: int = 1):
     from yatt.planner.profiled import experiment_for
 
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
-    s = dataclasses.replace(exp.search, engine_tp_choices=(engine_tp,), modes=(mode,))
+    s = _executed(dataclasses.replace(exp.search, engine_tp_choices=(engine_tp,), modes=(mode,)))
     exp = experiment_for(dataclasses.replace(exp, search=s), profile)  # + measured stop lengths
     cost = cost_model_for(exp, profile)
     return exp, cost, search(exp, cost, top=1).best.plan
@@ -237,7 +255,7 @@ def _column(plan, name: str, mode, profile, engine_tp: int, meas, keep, steps: i
 
     exp, cost, own = _plan(name, mode, profile, engine_tp)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
-    pred = _median_steps(sim.step_times(), 1)
+    pred = _median_steps(_step_times(sim), 1)
     ph = _phase_busy(phase_rows(meas, _as_recorded(sim), keep))
     return ({"predicted_step_s": round(pred, 4), "err": round(_rel(pred, meas_step), 4),
              "own_plan": own.describe(),
@@ -271,9 +289,9 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     # the run's plan: as `yatt run` plans it (the rescaled profile where the probe allows)
     exp, cost, plan = _plan(name, mode, rescaled or profile, engine_tp)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
-    pred_step = _median_steps(sim.step_times(), 1)
+    pred_step = _median_steps(_step_times(sim), 1)
     no_stop = dataclasses.replace(exp.workload, stop_len=None)
-    budget_step = _median_steps(simulate(plan, no_stop, cost, seed=seed, steps=steps).step_times(), 1)
+    budget_step = _median_steps(_step_times(simulate(plan, no_stop, cost, seed=seed, steps=steps)), 1)
     sim_resp = [int(x.response_tokens) for x in sim.samples if x.step >= 1]
     t0 = time.time()
     load0 = os.getloadavg()[0]
@@ -294,8 +312,8 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     ratio = statistics.median(probe) / base if probe and base > 0 else None
     meas = Trace(trace.meta, tuple(x for x in trace.samples if x.step >= 1),
                  tuple(x for x in trace.spans if x.step >= 1))
-    meas_step = _median_steps(trace.step_times(), 1)
-    meas_mean = _mean_steps(trace.step_times(), 1)
+    meas_step = _median_steps(_step_times(trace), 1)
+    meas_mean = _mean_steps(_step_times(trace), 1)
     keep = [k for k in sim.steps() if k >= 1]
     columns, costs = {}, {}
     for col, prof in zip(COLUMNS, (profile, rescaled, quick)):
@@ -320,16 +338,16 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "mode": mode.value, "engine_tp": engine_tp,
             "plan": plan.describe(), "planned_with": "rescaled" if rescaled is not None else "as_is",
             "genrm": exp.genrm.name, "steps": steps, "seed": seed,
-            "excluded_steps": [0], "step0_measured_s": round(trace.step_times().get(0, 0.0), 3),
+            "excluded_steps": [0], "step0_measured_s": round(_step_times(trace).get(0, 0.0), 3),
             "measured_step_s": round(meas_step, 4), "predicted_step_s": as_is_step,
-            "replayed_step_s": round(_median_steps(rep.predicted.step_times(), 1), 4),
+            "replayed_step_s": round(_median_steps(_step_times(rep.predicted), 1), 4),
             "measured_mean_step_s": round(meas_mean, 4),
             "err": columns["as_is"]["err"],
             "planned_step_s": round(pred_step, 4),
             "budget_only_step_s": round(budget_step, 4),
             "budget_only_err": round(_rel(budget_step, meas_step), 4),
-            "replay_err": round(_rel(_median_steps(rep.predicted.step_times(), 1), meas_step), 4),
-            "measured_steps_s": {str(k): round(v, 3) for k, v in sorted(trace.step_times().items())},
+            "replay_err": round(_rel(_median_steps(_step_times(rep.predicted), 1), meas_step), 4),
+            "measured_steps_s": {str(k): round(v, 3) for k, v in sorted(_step_times(trace).items())},
             "response_tokens_mean": round(statistics.fmean(resp), 2) if resp else 0.0,
             "response_budget_mean": round(budget, 2),
             "response_predicted_mean": round(statistics.fmean(sim_resp), 2) if sim_resp else 0.0,
@@ -345,7 +363,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "columns": columns, "phases": phases}
 
 
-def planner_choice(name: str, profile, engine_tp: int = 1) -> str:
+def planner_choice(name: str, profile, engine_tp: int = 1, modes=None) -> str:
     from yatt.core.config import load_experiment
     from yatt.planner.profiled import cost_model_for
     from yatt.planner.search import search
@@ -353,9 +371,9 @@ def planner_choice(name: str, profile, engine_tp: int = 1) -> str:
     from yatt.planner.profiled import experiment_for
 
     exp = load_experiment(ROOT / "configs" / "fidelity" / f"{name}.yaml")
-    exp = dataclasses.replace(exp, search=dataclasses.replace(exp.search,
-                                                              engine_tp_choices=(engine_tp,)))
-    exp = experiment_for(exp, profile)
+    s = dataclasses.replace(exp.search, engine_tp_choices=(engine_tp,),
+                            modes=tuple(modes) if modes else exp.search.modes)
+    exp = experiment_for(dataclasses.replace(exp, search=_executed(s)), profile)
     return search(exp, cost_model_for(exp, profile), top=1).best.plan.mode.value
 
 
@@ -604,7 +622,7 @@ def main(argv=None) -> dict:
         for col, prof in zip(COLUMNS, (profiles[n], first, quick)):
             if prof is None:
                 continue
-            chosen = planner_choice(n, prof, args.engine_tp)
+            chosen = planner_choice(n, prof, args.engine_tp, modes)
             by_col[col].append({"workload": n, "planner_mode": chosen, "measured_faster": faster,
                                 "measured_gap": round(slow / fast - 1, 4),
                                 "correct": chosen == faster, "counts": slow / fast - 1 > 0.10})
