@@ -123,6 +123,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         batch = dc.replace(batch, old_logprobs=tuple(tuple(r) for r in lp0))
     if opts.get("kl_coef"):
         batch = dc.replace(batch, ref_logprobs=tuple(tuple(x - 0.01 for x in r) for r in lp0))
+    first = tr.snapshot() if opts.get("replay_from_start") else None   # before any step
     metrics = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     res = {"metrics": metrics, "logprobs0": lp0, "checksum": tr.param_checksum(),
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
@@ -177,6 +178,9 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
             res["load_error"] = str(e)
             tr.load_checkpoint(opts["load_ckpt"], optimizer=False)
         res["loaded_hf"] = tr.hf_state_dict()
+    if first is not None:   # back to the untrained state, then the same steps again
+        tr.restore(first)
+        res["metrics_again"] = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     tr.shutdown()
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
 

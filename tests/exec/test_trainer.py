@@ -201,19 +201,22 @@ def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
     """Weights, Adam state, RNG and counters at DP=2: a snapshot restore, an async
     checkpoint (written while training continued) loaded into the same trainer, and the
     same checkpoint loaded into a fresh trainer all replay the later steps bit-exactly and
-    end in bit-identical states. The distributed optimizer's Adam state is really split
-    over the two ranks."""
+    end in bit-identical states; a snapshot from before the first step replays the first
+    steps. The distributed optimizer's Adam state is really split over the two ranks."""
     ck = tmp_path / "ck"
     opts = {"tp": 1, "steps": 0, "lr": 3e-4, "micro_batch_tokens": 32, "distributed_optimizer": dist}
     run = spawn_trainers({**opts, "dp": 2, "steps": 2, "state_roundtrip": str(ck),
-                          "ckpt_dir": str(tmp_path / "end"), "snap_file": str(tmp_path / "snap")},
-                         tmp_path / "run")
+                          "ckpt_dir": str(tmp_path / "end"), "snap_file": str(tmp_path / "snap"),
+                          "replay_from_start": True}, tmp_path / "run")
     fresh = spawn_trainers({**opts, "dp": 2, "resume_from": str(ck), "later": True},
                            tmp_path / "fresh")
     for r, f in zip(run, fresh):
         assert r["sealed"] == [str(ck)]
         assert r["steps_loaded"] == 2
         _replays(r, "after_restore", "after_load")
+        # a snapshot taken before the first step (no Adam state yet) restores to it
+        assert r["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
+                                      for m, a in zip(r["metrics"], r["metrics_again"])]
         assert differing_leaves(r["state_after"], r["state_after_restore"]) == []
         assert differing_leaves(r["state_after"], r["state_after_load"]) == []
         # the fresh trainer: the saved state exactly (RNG too: same world), then the same steps

@@ -86,16 +86,24 @@ class TrainerState:
     @megatron_shim.on_any_thread
     @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def restore(self, snap: dict) -> None:
-        """Put this rank back to a `snapshot()` (not a collective)."""
+        """Put this rank back to a `snapshot()` (not a collective); `snap` is left unchanged."""
+        import copy
         self.model.load_state_dict(snap["model"], strict=True)
         if self._dist_optimizers():
             for opt, st in zip(self._dist_optimizers(), snap["optimizer"]):
-                # copies into this rank's Adam state and main parameters (the snapshot
-                # stays unaliased, so it can be restored again)
-                opt.load_state_dict(st)
+                if st is None:   # snapshotted before its first step: no Adam state
+                    opt.optimizer.state.clear()
+                    opt.reload_model_params()   # main parameters from the restored weights
+                else:
+                    # copies into this rank's Adam state and main parameters (the
+                    # snapshot stays unaliased, so it can be restored again)
+                    opt.load_state_dict(st)
             self._set_adam_steps()
         else:
-            self.optimizer.load_state_dict(snap["optimizer"])
+            # torch's `load_state_dict` keeps the given tensors as the live Adam state: a copy
+            # leaves the snapshot (possibly an object-store buffer) as it was, for a later
+            # restore of the same snapshot
+            self.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
         self.optimizer.zero_grad()
         self.ddp.zero_grad_buffer()
         self._set_rng_state(snap["rng"])
@@ -112,13 +120,17 @@ class TrainerState:
         """The optimizer's whole state, copied to host memory. Plain optimizer: its state
         dict. Distributed optimizer: per DistributedOptimizer, its state dict plus this
         rank's shard of main parameters and Adam moments in megatron's in-memory
-        `dp_reshardable` layout, which its `load_state_dict` takes back."""
+        `dp_reshardable` layout, which its `load_state_dict` takes back; None before its
+        first step (no Adam state yet, and megatron's `state_dict()` needs one)."""
         import copy
         dist = self._dist_optimizers()
         if not dist:
             return copy.deepcopy(self.optimizer.state_dict())
-        out = []
+        out: list = []
         for opt in dist:
+            if not opt.optimizer.state:
+                out.append(None)
+                continue
             shard = opt.get_parameter_state_dp_reshardable()   # views of the live tensors
             for gbuf_idx in range(len(opt.gbuf_ranges)):
                 for buckets in shard[gbuf_idx].values():
