@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import time
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -97,6 +98,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     torch.set_num_threads(1)
     from megatron.core import parallel_state as ps
 
+    from yatt.core.errors import InputError
     from yatt.exec.trainer import MegatronTrainer
     spec = load_spec() if opts.get("arch", "qwen2") == "qwen2" else llama_spec()
     path = built_model(spec, opts.get("arch", "qwen2"))
@@ -121,6 +123,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         batch = dc.replace(batch, old_logprobs=tuple(tuple(r) for r in lp0))
     if opts.get("kl_coef"):
         batch = dc.replace(batch, ref_logprobs=tuple(tuple(x - 0.01 for x in r) for r in lp0))
+    first = tr.snapshot() if opts.get("replay_from_start") else None   # before any step
     metrics = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     res = {"metrics": metrics, "logprobs0": lp0, "checksum": tr.param_checksum(),
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
@@ -132,26 +135,78 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         bad = dc.replace(batch, advantages=(float("nan"),) * len(batch.advantages))
         res["nan_metrics"] = tr.train_step(bad)
         res["checksum_after_nan"] = tr.param_checksum()
+    later = [make_batch(dp_rank, seed=s) for s in (1, 2)]
     if opts.get("state_roundtrip"):
         # snapshot + async checkpoint of the same state; three replays must agree exactly
         snap = tr.snapshot()
+        res["snap"] = state_leaves(snap)
+        if opts.get("snap_file"):
+            torch.save(snap, f"{opts['snap_file']}{rank}")
         res["stall_s"] = tr.save_checkpoint(opts["state_roundtrip"], async_save=True)
-        later = [make_batch(dp_rank, seed=s) for s in (1, 2)]
         res["after"] = [tr.train_step(b) for b in later]          # overlaps the write
+        res["state_after"] = state_leaves(tr.snapshot())
         res["sealed"] = tr.poll_checkpoints(blocking=True)
         tr.restore(snap)
         res["after_restore"] = [tr.train_step(b) for b in later]
+        res["state_after_restore"] = state_leaves(tr.snapshot())
         tr.load_checkpoint(opts["state_roundtrip"])
         res["steps_loaded"] = tr.steps
         res["after_load"] = [tr.train_step(b) for b in later]
+        res["state_after_load"] = state_leaves(tr.snapshot())
+    if opts.get("restore_from"):
+        # a fresh trainer (like a restarted actor) restores another process's snapshot
+        tr.restore(torch.load(f"{opts['restore_from']}{rank}", weights_only=False))
+        res["restored"] = state_leaves(tr.snapshot())
+    if opts.get("resume_from"):
+        # a fresh trainer loads a checkpoint, then (`later`) replays the later batches
+        t0 = time.perf_counter()
+        tr.load_checkpoint(opts["resume_from"])
+        res["load_s"] = time.perf_counter() - t0
+        res["loaded"] = state_leaves(tr.snapshot())
+        if opts.get("resave"):
+            tr.save_checkpoint(opts["resave"])
+        if opts.get("later"):
+            res["after_resume"] = [tr.train_step(b) for b in later]
+            res["state_after_resume"] = state_leaves(tr.snapshot())
     if opts.get("ckpt_dir"):
         tr.save_checkpoint(opts["ckpt_dir"])
         res["ckpt_hf"] = tr.hf_state_dict()
     if opts.get("load_ckpt"):
-        tr.load_checkpoint(opts["load_ckpt"])
+        try:
+            tr.load_checkpoint(opts["load_ckpt"])
+        except InputError as e:   # optimizer state this trainer cannot take: weights only
+            res["load_error"] = str(e)
+            tr.load_checkpoint(opts["load_ckpt"], optimizer=False)
         res["loaded_hf"] = tr.hf_state_dict()
+    if first is not None:   # back to the untrained state, then the same steps again
+        tr.restore(first)
+        res["metrics_again"] = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     tr.shutdown()
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def state_leaves(x, path: str = "") -> dict:
+    """A trainer snapshot flattened to {path: leaf} (tensors, numbers, strings), so two
+    states compare leaf by leaf."""
+    if isinstance(x, dict):
+        return {k: v for key, val in x.items() for k, v in state_leaves(val, f"{path}/{key}").items()}
+    if isinstance(x, (list, tuple)):
+        return {k: v for i, val in enumerate(x) for k, v in state_leaves(val, f"{path}/{i}").items()}
+    return {path: x}
+
+
+def differing_leaves(a: dict, b: dict, skip: str = "\0") -> list[str]:
+    """Paths where two `state_leaves` differ (bit-exact tensors, equal plain values);
+    paths containing `skip` are left out."""
+    keys = {k for k in a.keys() | b.keys() if skip not in k}
+    return sorted(k for k in keys
+                  if k not in a or k not in b or type(a[k]) is not type(b[k])
+                  or not (torch_equal(a[k], b[k]) if hasattr(a[k], "dtype") else a[k] == b[k]))
+
+
+def torch_equal(a, b) -> bool:
+    import torch
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
 
 
 def _spawn_on_free_port(fn, world: int, opts: dict, out_dir, tries: int = 3) -> None:

@@ -3,8 +3,10 @@ driver crash + resume from a corrupt-checkpoint fallback, NaN rollback and the r
 stop. The reference is one uninterrupted run; recovered runs must match it step by step.
 
 Plan: colocate, everything resident, 2 devices: 2 rollout engines, 2 GenRM engines and
-2 trainer ranks (DP=2, so killing rank 0 leaves rank 1 inside a collective). Sampling is
-seeded per request (temperature 1), so a redone step sees the same samples.
+2 trainer ranks (DP=2, so killing rank 0 leaves rank 1 inside a collective) with the
+default distributed optimizer (each rank holds half of the Adam state, which snapshots and
+checkpoints must carry). Sampling is seeded per request (temperature 1), so a redone step
+sees the same samples.
 """
 from __future__ import annotations
 
@@ -45,7 +47,8 @@ def plan(demo_experiment):
     from yatt.core.layout import make_plan
     ck = dataclasses.replace(demo_experiment.checkpoint, every_steps=1, keep_last=2,
                              max_nonfinite_steps=2)
-    exp = dataclasses.replace(demo_experiment, checkpoint=ck)
+    algo = dataclasses.replace(demo_experiment.algo, distributed_optimizer=True)
+    exp = dataclasses.replace(demo_experiment, checkpoint=ck, algo=algo)
     return make_plan(exp, Mode.COLOCATE, release=ReleasePolicy.RESIDENT)
 
 
@@ -86,6 +89,9 @@ def test_reference_run_checkpoints(reference):
         assert (d / "trainer" / "common.pt").is_file() and (d / ckpt.TRACE).is_file()
     state = ckpt.read_state(done[-1][1])
     assert state["next_step"] == STEPS and len(state["metrics"]) == STEPS
+    from yatt.exec import safe_load
+    counters = safe_load.torch_load(done[-1][1] / "trainer" / safe_load.COMMON)["counters"]
+    assert counters["distributed_optimizer"] is True and counters["world"] == 2
     assert not list((reference / "checkpoints").glob("*.partial"))
     rows = _rows(reference)
     assert all(float(r["ckpt_stall_s"]) >= 0 for r in rows)

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from tests.exec._tolerance import adam_weight_tol, grad_norm_rel_tol, logprob_tol, loss_tol
-from tests.exec._train_helpers import (built_model, hf_logprobs, load_spec, make_batch,
-                                       spawn_trainers)
+from tests.exec._train_helpers import (built_model, differing_leaves, hf_logprobs, load_spec,
+                                       make_batch, spawn_trainers)
 from yatt.core.errors import InputError
 from yatt.exec.trainer import TrainBatch, micro_batches
 
@@ -186,20 +186,88 @@ def test_dp2_ranks_stay_identical_and_match_full_batch(tmp_path):
     _assert_same_training(dp2[0], dp1, make_batch(0, n=8), lr=3e-4)
 
 
+def _replays(r: dict, *names: str) -> None:
+    """The later steps' metrics under each replay in `names` equal the first run's exactly
+    (the same ops in the same order on the same state)."""
+    for k in ("loss", "grad_norm", "kl", "entropy", "tokens"):
+        for name in names:
+            assert [m[k] for m in r[name]] == [m[k] for m in r["after"]], (name, k)
+    assert r["after"][0]["loss"] != r["after"][1]["loss"]   # not a trivial replay
+
+
 @pytest.mark.slow
-def test_snapshot_and_async_checkpoint_restore_exactly_dp2(tmp_path):
-    """Weights, Adam state, RNG and counters: a snapshot restore and a dist_checkpointing
-    (async, written while training continued) load both replay later steps bit-exactly."""
-    res = spawn_trainers({"tp": 1, "dp": 2, "steps": 2, "lr": 3e-4, "micro_batch_tokens": 32,
-                          "state_roundtrip": str(tmp_path / "ck")}, tmp_path / "run")
-    for r in res:
-        assert r["sealed"] == [str(tmp_path / "ck")]
+@pytest.mark.parametrize("dist", [True, False], ids=["distributed-optimizer", "plain-optimizer"])
+def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
+    """Weights, Adam state, RNG and counters at DP=2: a snapshot restore, an async
+    checkpoint (written while training continued) loaded into the same trainer, and the
+    same checkpoint loaded into a fresh trainer all replay the later steps bit-exactly and
+    end in bit-identical states; a snapshot from before the first step replays the first
+    steps. The distributed optimizer's Adam state is really split over the two ranks."""
+    ck = tmp_path / "ck"
+    opts = {"tp": 1, "steps": 0, "lr": 3e-4, "micro_batch_tokens": 32, "distributed_optimizer": dist}
+    run = spawn_trainers({**opts, "dp": 2, "steps": 2, "state_roundtrip": str(ck),
+                          "ckpt_dir": str(tmp_path / "end"), "snap_file": str(tmp_path / "snap"),
+                          "replay_from_start": True}, tmp_path / "run")
+    fresh = spawn_trainers({**opts, "dp": 2, "resume_from": str(ck), "later": True},
+                           tmp_path / "fresh")
+    for r, f in zip(run, fresh):
+        assert r["sealed"] == [str(ck)]
         assert r["steps_loaded"] == 2
-        for a, b, c in zip(r["after"], r["after_restore"], r["after_load"]):
-            for k in ("loss", "grad_norm", "kl", "entropy"):
-                # exact: the same process replays the same ops in the same order
-                assert a[k] == b[k] == c[k], k
-        assert r["after"][0]["loss"] != r["after"][1]["loss"]   # not a trivial replay
+        _replays(r, "after_restore", "after_load")
+        # a snapshot taken before the first step (no Adam state yet) restores to it
+        assert r["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
+                                      for m, a in zip(r["metrics"], r["metrics_again"])]
+        assert differing_leaves(r["state_after"], r["state_after_restore"]) == []
+        assert differing_leaves(r["state_after"], r["state_after_load"]) == []
+        # the fresh trainer: the saved state exactly (RNG too: same world), then the same steps
+        assert differing_leaves(f["loaded"], r["snap"]) == []
+        _replays({**f, "after": r["after"]}, "after_resume")
+        assert differing_leaves(f["state_after_resume"], r["state_after"]) == []
+    moments = [sum(v.numel() for k, v in r["snap"].items() if k.endswith("/exp_avg_sq"))
+               for r in run]
+    params = sum(v.numel() for k, v in run[0]["snap"].items() if k.startswith("/model/")
+                 and hasattr(v, "numel") and "_extra_state" not in k)
+    # distributed: each rank holds its half of the Adam state; plain: each holds all of it
+    assert moments == ([params // 2, params - params // 2] if dist else [params, params]), (moments, params)
+    if dist:
+        _distributed_optimizer_reshards(run, tmp_path, opts)
+
+
+def _distributed_optimizer_reshards(run: list[dict], tmp_path, opts: dict) -> None:
+    """A DP=2 distributed-optimizer checkpoint loads at DP=1 (weights and the whole Adam
+    state) and, saved again there, back at DP=2 into the state the DP=2 run saved; at TP=2
+    its optimizer state is refused with the reason and its weights load. A fresh DP=2
+    trainer (a restarted actor) restores the run's snapshot exactly."""
+    dp1 = spawn_trainers({**opts, "dp": 1, "resume_from": str(tmp_path / "ck"),
+                          "resave": str(tmp_path / "ck-dp1")}, tmp_path / "dp1")[0]
+    model = {k: v for k, v in run[0]["snap"].items() if k.startswith("/model/")}
+    assert differing_leaves({k: dp1["loaded"][k] for k in model}, model) == []
+    assert dp1["loaded"]["/steps"] == 2
+    back = spawn_trainers({**opts, "dp": 2, "restore_from": str(tmp_path / "snap"),
+                           "resume_from": str(tmp_path / "ck-dp1")}, tmp_path / "back")
+    for r, b in zip(run, back):
+        assert differing_leaves(b["restored"], r["snap"]) == []
+        # RNG streams restart at another world size; everything else round-trips exactly
+        assert differing_leaves(b["loaded"], r["snap"], skip="/rng/") == []
+    tp2 = spawn_trainers({**opts, "tp": 2, "dp": 1, "load_ckpt": str(tmp_path / "end")},
+                         tmp_path / "tp2")
+    for r in tp2:
+        assert "saved at TP=1 PP=1, which loads only at that TP and PP" in r["load_error"]
+        for k, v in run[0]["ckpt_hf"].items():
+            assert torch.equal(r["loaded_hf"][k], v), k
+
+
+def test_optimizer_state_layout_errors():
+    from yatt.exec.trainer_state import _layout_error
+    dist = {"steps": 3, "world": 2, "tp": 1, "pp": 1, "distributed_optimizer": True}
+    assert _layout_error(dist, True, 1, 1) is None
+    assert "TP=1 PP=1" in _layout_error(dist, True, 2, 1) and "not TP=2 PP=1" in _layout_error(dist, True, 2, 1)
+    assert "not TP=1 PP=2" in _layout_error(dist, True, 1, 2)
+    assert "distributed_optimizer: true" in _layout_error(dist, False, 1, 1)
+    plain = {**dist, "distributed_optimizer": False}
+    assert _layout_error(plain, False, 2, 2) is None            # the plain state reshards
+    assert "distributed_optimizer: false" in _layout_error(plain, True, 1, 1)
+    assert _layout_error({"steps": 3, "world": 2}, True, 2, 1) is None   # older checkpoints
 
 
 @pytest.mark.gpu

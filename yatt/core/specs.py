@@ -305,8 +305,9 @@ class AlgoSpec:
     temperature: float = spec_field(1.0, ge=0, help="rollout sampling temperature")
     recompute: bool = spec_field(True, help="planner: activation recompute in the memory and cost "
                                             "model (the executor's trainer does not recompute)")
-    distributed_optimizer: bool = spec_field(True, help="shard Adam state over DP ranks (resume and "
-                                                        "fault recovery are tested without it)")
+    distributed_optimizer: bool = spec_field(True, help="shard Adam state over DP ranks (its "
+                                                        "checkpoints reload at another DP size, "
+                                                        "not another TP or PP)")
     # --- RL algorithm details (yatt/exec/algo.py; docs/rl-algorithm.md)
     adv_std: bool = spec_field(True, help="GRPO: divide the advantage by the prompt group's reward std")
     reward_norm: bool = spec_field(False, help="normalise rewards batch-wide, (r - mean) / std, "

@@ -6,6 +6,12 @@ what that is. This mixin holds it apart from the training math in `trainer.py`;
 `MegatronTrainer` provides `model`, `optimizer`, `ddp`, `device`, `rank`, `world`, `steps`,
 `nonfinite_steps` and the `_ckpt_*` fields it uses.
 
+With the distributed optimizer (`algo.distributed_optimizer`) a rank holds only its DP
+shard of the Adam state, which megatron's `state_dict()` leaves out (it covers the step
+count and hyper-parameters): snapshots add the shard (`_optimizer_snapshot`), checkpoints
+use megatron's `dp_reshardable` format (see `DIST_OPT_SHARDING`), and a fresh trainer
+first gets Adam state to load into (`_init_optimizer_state`).
+
 Checkpoints hold tensors and plain data only (the RNG states are stored as tensors and
 tuples), so every file loads with `weights_only=True` and no pickled code ever runs on
 resume (`safe_load`).
@@ -19,6 +25,15 @@ from typing import Optional
 import torch
 
 from . import megatron_shim, safe_load
+
+
+# Distributed optimizer checkpoint format: every rank writes its own shard of the Adam
+# state, no gather; the state reloads at another DP size, but only at the saving TP and PP
+# sizes (the weights load at any). megatron-core 0.16.1's other formats fail here:
+# `fully_sharded_model_space` (its default) refuses to save ("flattened_range is not
+# supported"), and a `fully_reshardable` load asks torch Adam's per-parameter `step` of
+# the checkpoint, which that format leaves out (KeyError: 'step').
+DIST_OPT_SHARDING = "dp_reshardable"
 
 
 class TrainerState:
@@ -64,32 +79,117 @@ class TrainerState:
         import copy
         return {"model": {k: (v.detach().cpu().clone() if torch.is_tensor(v) else copy.deepcopy(v))
                           for k, v in self.model.state_dict().items()},
-                "optimizer": copy.deepcopy(self.optimizer.state_dict()),
+                "optimizer": self._optimizer_snapshot(),
                 "rng": self._rng_state(), "steps": self.steps,
                 "nonfinite_steps": self.nonfinite_steps}
 
     @megatron_shim.on_any_thread
+    @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def restore(self, snap: dict) -> None:
-        """Put this rank back to a `snapshot()` (not a collective)."""
+        """Put this rank back to a `snapshot()` (not a collective); `snap` is left unchanged."""
+        import copy
         self.model.load_state_dict(snap["model"], strict=True)
-        self.optimizer.load_state_dict(snap["optimizer"])
+        if self._dist_optimizers():
+            for opt, st in zip(self._dist_optimizers(), snap["optimizer"]):
+                if st is None:   # snapshotted before its first step: no Adam state
+                    opt.optimizer.state.clear()
+                    opt.reload_model_params()   # main parameters from the restored weights
+                else:
+                    # copies into this rank's Adam state and main parameters (the
+                    # snapshot stays unaliased, so it can be restored again)
+                    opt.load_state_dict(st)
+            self._set_adam_steps()
+        else:
+            # torch's `load_state_dict` keeps the given tensors as the live Adam state: a copy
+            # leaves the snapshot (possibly an object-store buffer) as it was, for a later
+            # restore of the same snapshot
+            self.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
         self.optimizer.zero_grad()
         self.ddp.zero_grad_buffer()
         self._set_rng_state(snap["rng"])
         self.steps, self.nonfinite_steps = snap["steps"], snap["nonfinite_steps"]
 
+    def _dist_optimizers(self) -> list:
+        """This rank's megatron DistributedOptimizers ([] with the plain optimizer)."""
+        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        parts = getattr(self.optimizer, "chained_optimizers", [self.optimizer])
+        dist = [o for o in parts if isinstance(o, DistributedOptimizer)]
+        return dist if len(dist) == len(parts) else []
+
+    def _optimizer_snapshot(self):
+        """The optimizer's whole state, copied to host memory. Plain optimizer: its state
+        dict. Distributed optimizer: per DistributedOptimizer, its state dict plus this
+        rank's shard of main parameters and Adam moments in megatron's in-memory
+        `dp_reshardable` layout, which its `load_state_dict` takes back; None before its
+        first step (no Adam state yet, and megatron's `state_dict()` needs one)."""
+        import copy
+        dist = self._dist_optimizers()
+        if not dist:
+            return copy.deepcopy(self.optimizer.state_dict())
+        out: list = []
+        for opt in dist:
+            if not opt.optimizer.state:
+                out.append(None)
+                continue
+            shard = opt.get_parameter_state_dp_reshardable()   # views of the live tensors
+            for gbuf_idx in range(len(opt.gbuf_ranges)):
+                for buckets in shard[gbuf_idx].values():
+                    for bucket in buckets:
+                        for item in bucket:
+                            item["padding"] = False   # `load_parameter_state_from_dp_reshardable` skips padding items
+            out.append({**copy.deepcopy(opt.state_dict()), "param_state": _host_copy(shard),
+                        "param_state_sharding_type": "dp_reshardable"})
+        return out
+
+    def _init_optimizer_state(self) -> None:
+        """Give a distributed optimizer that has not stepped yet its Adam state, which its
+        `sharded_state_dict(is_loading=True)` and `load_state_dict` copy into (megatron
+        0.16.1's torch-Adam path asserts otherwise). One step of the inner torch optimizer
+        on zero gradients allocates it, as megatron's own `fsdp_dtensor` load path does;
+        with zero gradients Adam's update is exactly zero, and the load overwrites the
+        state anyway."""
+        for opt in self._dist_optimizers():
+            inner = opt.optimizer
+            if inner.state:
+                continue
+            for group in inner.param_groups:
+                for p in group["params"]:
+                    if p.numel():
+                        p.grad = torch.zeros_like(p)
+            inner.step()
+            inner.zero_grad()
+
+    def _set_adam_steps(self) -> None:
+        """After a distributed optimizer's `load_state_dict`: every parameter's torch-Adam
+        `step` from its param group's loaded one. megatron 0.16.1 leaves each parameter one
+        shared `step` tensor (torch's Adam increments it in place, so it would advance once
+        per parameter per update), and its `dp_reshardable` checkpoint load copies in the
+        step value this rank held before loading (its per-parameter `step` is a
+        non-persistent local object). FusedAdam (TE, Apex) keeps no per-parameter step."""
+        for opt in self._dist_optimizers():
+            inner = opt.optimizer
+            for group in inner.param_groups:
+                for p in group["params"]:
+                    st = inner.state.get(p, {})
+                    if torch.is_tensor(st.get("step")) and "step" in group:
+                        st["step"] = torch.tensor(float(group["step"]), dtype=st["step"].dtype,
+                                                  device=st["step"].device)
+
     def _sharded_state(self, loading: bool = False, rng: bool = True) -> dict:
-        """Model + optimizer (sharded: reloadable at another TP size), per-rank RNG (only
+        """Model + optimizer (sharded: the plain optimizer's reloadable at another TP, PP or
+        DP size, the distributed optimizer's at another DP size), per-rank RNG (only
         meaningful at the same world size) and counters (common, saved by rank 0)."""
         from megatron.core.dist_checkpointing.mapping import ShardedObject
+        if loading:
+            self._init_optimizer_state()
         msd = self.model.sharded_state_dict(prefix="")
         sd = {"model": msd,
-              # distributed optimizer: each rank saves its own buffers, no gather (resharding
-              # across DP only); the plain optimizer ignores the setting
+              # the plain optimizer ignores the sharding type
               "optimizer": self.optimizer.sharded_state_dict(
-                  msd, is_loading=loading, metadata={"distrib_optim_sharding_type": "dp_reshardable"}),
+                  msd, is_loading=loading, metadata={"distrib_optim_sharding_type": DIST_OPT_SHARDING}),
               "counters": {"steps": self.steps, "nonfinite_steps": self.nonfinite_steps,
-                           "world": self.world}}
+                           "world": self.world, "tp": self.tp, "pp": self.pp,
+                           "distributed_optimizer": bool(self._dist_optimizers())}}
         if rng:
             sd["rng"] = ShardedObject("rng_state", self._rng_state(), (self.world,),
                                       (self.rank,), replica_id=0)
@@ -153,16 +253,27 @@ class TrainerState:
         from megatron.core.dist_checkpointing.strategies import filesystem_async
         filesystem_async._get_write_results_queue()
 
+    def _check_optimizer_layout(self, counters: dict, ckpt_dir: str) -> None:
+        from yatt.core.errors import InputError
+        why = _layout_error(counters, bool(self._dist_optimizers()), self.tp, self.pp)
+        if why is not None:
+            raise InputError(why, file=ckpt_dir)
+
     @megatron_shim.on_any_thread
+    @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def load_checkpoint(self, ckpt_dir: str, optimizer: Optional[bool] = None) -> None:
-        """Load a `save_checkpoint` directory (any TP size) into this rank. `optimizer`:
-        also restore optimizer state, RNG and counters (default: if the checkpoint has them)."""
+        """Load a `save_checkpoint` directory into this rank: weights at any TP/PP size.
+        `optimizer`: also restore optimizer state, RNG and counters (default: if the
+        checkpoint has them); distributed-optimizer state needs the saving TP and PP sizes
+        and the same optimizer kind (else an InputError naming the checkpoint)."""
         from megatron.core import dist_checkpointing
         safe_load.install()   # torch's and megatron's loaders: tensors and plain data only
         counters = _saved_counters(ckpt_dir)
         if optimizer is None:
             optimizer = counters is not None
         same_world = counters is not None and counters.get("world") == self.world
+        if optimizer and counters is not None:
+            self._check_optimizer_layout(counters, ckpt_dir)
         if optimizer:
             sd = dist_checkpointing.load(self._sharded_state(loading=True, rng=same_world), ckpt_dir)
         else:
@@ -170,6 +281,7 @@ class TrainerState:
         self.model.load_state_dict(sd["model"], strict=False)
         if optimizer:
             self.optimizer.load_state_dict(sd["optimizer"])
+            self._set_adam_steps()
             if same_world:   # RNG streams are per rank; at another world size they restart
                 rng = sd["rng"]
                 self._set_rng_state(rng[0] if isinstance(rng, list) else rng)
@@ -179,6 +291,21 @@ class TrainerState:
             self.optimizer.reload_model_params()
 
 
+def _layout_error(counters: dict, distributed: bool, tp: int, pp: int) -> str | None:
+    """Why optimizer state saved with `counters` cannot load into a trainer with this
+    optimizer kind and TP/PP size (None: it can). Checkpoints that predate the keys pass."""
+    kinds = {True: "algo.distributed_optimizer: true", False: "algo.distributed_optimizer: false"}
+    saved = counters.get("distributed_optimizer")
+    if saved is not None and bool(saved) != distributed:
+        return (f"holds optimizer state saved with {kinds[bool(saved)]}; allowed: load it with "
+                f"{kinds[bool(saved)]}, or load the weights only")
+    if distributed and "tp" in counters and (counters["tp"], counters["pp"]) != (tp, pp):
+        return (f"holds distributed-optimizer state saved at TP={counters['tp']} PP={counters['pp']}, "
+                f"which loads only at that TP and PP (any DP size), not TP={tp} PP={pp}; "
+                "allowed: the saving TP and PP, or load the weights only")
+    return None
+
+
 def _saved_counters(ckpt_dir: str) -> Optional[dict]:
     """The step counters saved with optimizer state (None for a weights-only checkpoint)."""
     common = os.path.join(ckpt_dir, safe_load.COMMON)
@@ -186,6 +313,17 @@ def _saved_counters(ckpt_dir: str) -> Optional[dict]:
         return None
     data = safe_load.torch_load(common)
     return data.get("counters") if isinstance(data, dict) else None
+
+
+def _host_copy(x):
+    """`x` with every tensor copied to host memory (nested dicts and lists)."""
+    if torch.is_tensor(x):
+        return x.detach().cpu().clone()
+    if isinstance(x, dict):
+        return {k: _host_copy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_host_copy(v) for v in x]
+    return x
 
 
 def _tuples(x):
