@@ -47,7 +47,7 @@ def _run(mode: str, grace_s: float, signals: list[int]) -> tuple[int, str, str, 
 
 
 def test_a_step_that_overruns_half_the_grace_period_is_aborted():
-    rc, out, err, took = _run("step", 1.0, [signal.SIGTERM])
+    rc, out, err, _ = _run("step", 1.0, [signal.SIGTERM])
     assert rc == 5, err
     secs = float(out.split("aborted after ")[1].split()[0])
     assert 0.5 <= secs < 5, out          # half of the 1 s grace period, plus scheduling
@@ -55,7 +55,7 @@ def test_a_step_that_overruns_half_the_grace_period_is_aborted():
 
 
 def test_a_second_signal_stops_at_once_without_a_checkpoint():
-    rc, out, err, took = _run("between", 600.0, [signal.SIGINT, signal.SIGTERM])
+    rc, _, err, took = _run("between", 600.0, [signal.SIGINT, signal.SIGTERM])
     assert rc == 128 + signal.SIGTERM, err
     assert took < 10, took               # not the 600 s grace period
     lines = err.strip().splitlines()
@@ -65,7 +65,7 @@ def test_a_second_signal_stops_at_once_without_a_checkpoint():
 
 
 def test_a_signal_during_start_up_stops_at_once_with_the_resume_line():
-    rc, out, err, took = _run("start", 600.0, [signal.SIGTERM])
+    rc, _, err, took = _run("start", 600.0, [signal.SIGTERM])
     assert rc == 0 and took < 10, (rc, err)
     assert err.strip() == ("preempted by SIGTERM during start-up: newest checkpoint "
                            "step-000003; resume with: yatt run --resume '/runs/r 1'")

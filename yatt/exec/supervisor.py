@@ -27,7 +27,6 @@ the step counter and a redone or resumed step sees exactly the same data.
 """
 from __future__ import annotations
 
-import errno
 import math
 import sys
 import time
@@ -44,24 +43,6 @@ from . import faults
 from .controller import StepController
 from .rayutil import get_all
 from .worker_errors import describe
-
-
-# a full disk or quota, a read-only or failing one; not e.g. a connection reset by a dead
-# peer rank, which is a fault to recover from
-_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG}
-
-
-def _os_error(e: BaseException) -> Optional[OSError]:
-    """The storage OSError behind `e` (a worker's error arrives wrapped: RayTaskError.cause),
-    if any."""
-    seen: set[int] = set()
-    x: Optional[BaseException] = e
-    while x is not None and id(x) not in seen:
-        if isinstance(x, OSError) and x.errno in _DISK_ERRNOS:
-            return x
-        seen.add(id(x))
-        x = getattr(x, "cause", None) or x.__cause__ or x.__context__
-    return None
 
 
 def _why(e: OSError) -> str:
@@ -239,8 +220,7 @@ class Supervisor:
         self._saving = [w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers]
         if not async_save:
             self._collect()
-            if tdir in self.pending:    # not already dropped by a disk error
-                self._seal(tdir)
+            self._seal(tdir)
 
     def boundary(self, step: int) -> None:
         """The checkpoint work between two steps: surface the previous boundary's results,
@@ -255,26 +235,9 @@ class Supervisor:
             self.save(step)
 
     def _collect(self) -> None:
-        """Wait for the trainers' last `save_checkpoint` calls; re-raise their error (a disk
-        error fails the checkpoints being written instead: `_disk_failed`)."""
+        """Wait for the trainers' last `save_checkpoint` calls; re-raise their error."""
         calls, self._saving = self._saving, []
-        try:
-            get_all(calls)
-        except Exception as e:   # noqa: BLE001 - only storage errors are absorbed
-            if not self._disk_failed(e):
-                raise
-
-    def _disk_failed(self, e: BaseException) -> bool:
-        """A trainer's save or finalise failed with an OSError (a full disk, an I/O error):
-        every checkpoint in flight is dropped (its partial files removed on the I/O
-        thread) and True returned; False for any other error."""
-        err = _os_error(e)
-        if err is None:
-            return False
-        for tdir, step in list(self.pending.items()):
-            self.failed.setdefault(step, _why(err))
-            self._seal(tdir)       # removes the partial checkpoint, as a failed write does
-        return True
+        get_all(calls)
 
     def _background(self, fn: Callable[[], None]) -> None:
         """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
@@ -318,12 +281,7 @@ class Supervisor:
         self._collect()
         if not self.pending:
             return
-        try:
-            outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
-        except Exception as e:   # noqa: BLE001 - only storage errors are absorbed
-            if not self._disk_failed(e):
-                raise
-            return
+        outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
         for tdir in outs[0]:
             self._seal(tdir)
 
