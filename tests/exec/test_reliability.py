@@ -189,7 +189,7 @@ def _preemptible(plan, tmp_path: Path, grace_s: float) -> Path:
 
 def _signal_after_first_checkpoint(cmd: list[str], out: Path, env: dict, send) -> tuple:
     """Start `yatt run` in a session of its own; once step 0's checkpoint is being written
-    (the run is past step 0), `send(pid)`; return (returncode, stdout, stderr, seconds
+    (step 0 is done), `send(pid)`; return (returncode, stdout, stderr, seconds
     from the signal to the exit)."""
     import time
     p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -232,11 +232,12 @@ def test_sigterm_to_the_process_group_checkpoints_and_resume_matches(reference, 
     assert len(lines) == 1, said[-2000:]
     assert lines[0].endswith(f"resume with: yatt run --resume {out}"), lines[0]
     # the step in progress finished (30 s grace) and was checkpointed on the signal (the
-    # schedule saves step 0 only)
+    # schedule saves step 0 only: a later checkpoint is the preemption's own write; a
+    # signal still between steps 0 and 1 stops after step 0 with its checkpoint finalised)
     done = [s for s, _ in ckpt.complete(out)]
     last = done[-1]
     assert f"after step {last}: checkpoint step-{last:06d} sealed " in lines[0], lines[0]
-    assert done == [0, last] and 1 <= last < STEPS - 1, (done, lines[0])
+    assert done == sorted({0, last}) and last < STEPS - 1, (done, lines[0])
     assert ckpt.verify(ckpt.final_dir(out, last)) is None
     assert not list((out / "checkpoints").glob("*.partial"))
     assert ckpt.read_state(ckpt.final_dir(out, last))["next_step"] == last + 1
