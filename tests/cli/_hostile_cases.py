@@ -60,6 +60,7 @@ class Ctx:
     tmp: Path
     env: dict
     checkpoint: Optional[Path] = None
+    cleanup: list = dataclasses.field(default_factory=list)   # commands run after the case
 
     @property
     def out(self) -> Path:
@@ -284,6 +285,30 @@ def _unwritable(verb: str, target: str) -> Callable[[Ctx], list[str]]:
     return build
 
 
+def _ckpt_dir(kind: str) -> Callable[[Ctx], list[str]]:
+    """`yatt run` into an --out whose checkpoints/ is a file, a dangling link (missing and
+    not creatable), or a read-only mount (a bind mount: chmod does not stop root)."""
+    def build(ctx: Ctx) -> list[str]:
+        d = ctx.out / "checkpoints"
+        ctx.out.mkdir()
+        if kind == "file":
+            d.write_text("not a directory\n")
+        elif kind == "link":
+            d.symlink_to(ctx.tmp / "gone" / "checkpoints")
+        else:
+            d.mkdir()
+            if os.geteuid() != 0:
+                d.chmod(0o555)
+            elif subprocess.run(["mount", "--bind", "-o", "ro", str(d), str(d)],
+                                capture_output=True).returncode != 0:
+                import pytest
+                pytest.skip("needs a read-only mount (root may write through chmod 555)")
+            else:
+                ctx.cleanup.append(["umount", str(d)])
+        return ["run", str(demo_config(ctx)), "--out", str(ctx.out), "--no-progress"]
+    return build
+
+
 def _a_file(ctx: Ctx) -> str:
     p = ctx.tmp / "a-file"
     p.write_text("a file, not a directory\n")
@@ -410,6 +435,14 @@ CASES: tuple[Case, ...] = (
          "cannot write there"),
     Case("run-out-dev-null", "unwritable out", "yatt run --out /dev/null, before planning",
          _unwritable("run", "/dev/null"), "/dev/null", "--out", "not a directory"),
+    Case("run-checkpoints-is-a-file", "unwritable out", "yatt run --out OUT, OUT/checkpoints a "
+         "file", _ckpt_dir("file"), "checkpoints", "checkpoint directory", "not a directory"),
+    Case("run-checkpoints-dangling-link", "unwritable out", "yatt run --out OUT, OUT/checkpoints "
+         "a link to nowhere (missing, not creatable)", _ckpt_dir("link"), "checkpoints",
+         "checkpoint directory", "is a link"),
+    Case("run-checkpoints-read-only", "unwritable out", "yatt run --out OUT, OUT/checkpoints "
+         "read-only", _ckpt_dir("read-only"), "checkpoints", "checkpoint directory",
+         "cannot write there"),
     Case("profile-out-under-dev-null", "unwritable out", "yatt profile -o /dev/null/p.yaml",
          _unwritable("profile", "/dev/null/p.yaml"), "/dev/null/p.yaml", "--out", "does not exist"),
     Case("plan-json-proc-self", "unwritable out", "yatt plan --json /proc/self/summary.json, "
@@ -632,15 +665,19 @@ def run_case(case: Case, tmp: Path, checkpoint: Optional[Path] = None) -> Result
     ctx = Ctx(tmp, {}, checkpoint)
     ctx.victim.write_text("the file a hostile input aims at\n")
     argv = case.build(ctx)
-    before = snapshot(tmp)
-    r = run(argv, ctx)
+    try:
+        before = snapshot(tmp)
+        r = run(argv, ctx)
+        after = snapshot(tmp)
+    finally:
+        for cmd in ctx.cleanup:
+            subprocess.run(cmd, capture_output=True)
     text = r.stdout + r.stderr
     assert not r.timed_out, f"{case.name}: still running after {WALL_S} s"
     assert "Traceback" not in text, f"{case.name}: {r.stderr[-3000:]}"
     assert r.cpu_s <= CPU_S, f"{case.name}: {r.cpu_s:.1f} s of CPU"
     assert r.rss_mb <= RSS_MB, f"{case.name}: {r.rss_mb:.0f} MB"
     assert not (tmp / MARKER).exists(), f"{case.name}: a pickled payload ran"
-    after = snapshot(tmp)
     if case.outcome == REFUSED:
         assert r.rc == 2, f"{case.name}: exit {r.rc}: {r.stderr[-2000:]}"
         lines = r.stderr.splitlines()

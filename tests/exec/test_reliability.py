@@ -179,3 +179,184 @@ def test_nan_step_is_rolled_back_and_repeated_nans_stop_the_run(reference, plan_
     # rolled back: step 1's samples were generated from the same (step-0) weights as in the
     # reference, and after the rollback step 2's samples come from those weights again
     assert rows[1]["reward_mean"] == ref[1]["reward_mean"]
+
+
+def _preemptible(plan, tmp_path: Path, grace_s: float) -> Path:
+    """The reference plan checkpointing after step 0 only: a preemption after a later step
+    writes that step's checkpoint itself."""
+    from yatt.core.config import dump_yaml
+    ck = dataclasses.replace(plan.experiment.checkpoint, every_steps=0, at_steps=(0,),
+                             preempt_grace_s=grace_s)
+    p = tmp_path / "plan.yaml"
+    dump_yaml(dataclasses.replace(plan, experiment=dataclasses.replace(plan.experiment,
+                                                                       checkpoint=ck)), p)
+    return p
+
+
+def _signal_after_first_checkpoint(cmd: list[str], out: Path, env: dict, send) -> tuple:
+    """Start `yatt run` in a session of its own; once step 0's checkpoint is being written
+    (step 0 is done), `send(pid)`; return (returncode, stdout, stderr, seconds
+    from the signal to the exit)."""
+    import time
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=ROOT, start_new_session=True)
+    try:
+        while not (out / "checkpoints" / "step-000000.partial").is_dir():
+            assert p.poll() is None, p.communicate()[1][-2000:]
+            time.sleep(0.02)
+        t = time.monotonic()
+        send(p.pid)
+        o, e = p.communicate(timeout=600)
+        return p.returncode, o, e, time.monotonic() - t
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def _env(tmp_path: Path) -> dict:
+    env = {**os.environ, "YATT_FAULT_DIR": str(tmp_path), "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    env.pop("YATT_FAULTS", None)
+    return env
+
+
+@pytest.mark.slow
+def test_sigterm_to_the_process_group_checkpoints_and_resume_matches(reference, plan, tmp_path):
+    import signal
+    import time
+
+    from yatt.exec import checkpoint as ckpt
+    out = tmp_path / "preempted"
+    env = _env(tmp_path)
+    cmd = [sys.executable, "-m", "yatt.cli", "run", str(_preemptible(plan, tmp_path, 30.0)),
+           "--steps", str(STEPS), "--out", str(out), "--no-progress"]
+    rc, said, err, took = _signal_after_first_checkpoint(
+        cmd, out, env, lambda pid: os.killpg(pid, signal.SIGTERM))   # pid leads its group
+    assert rc == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = [ln for ln in said.splitlines() if ln.startswith("preempted by SIGTERM")]
+    assert len(lines) == 1, said[-2000:]
+    assert lines[0].endswith(f"resume with: yatt run --resume {out}"), lines[0]
+    # the step in progress finished (30 s grace) and was checkpointed on the signal (the
+    # schedule saves step 0 only: a later checkpoint is the preemption's own write; a
+    # signal still between steps 0 and 1 stops after step 0 with its checkpoint finalised)
+    done = [s for s, _ in ckpt.complete(out)]
+    last = done[-1]
+    assert f"after step {last}: checkpoint step-{last:06d} sealed " in lines[0], lines[0]
+    assert done == sorted({0, last}) and last < STEPS - 1, (done, lines[0])
+    assert ckpt.verify(ckpt.final_dir(out, last)) is None
+    assert not list((out / "checkpoints").glob("*.partial"))
+    assert ckpt.read_state(ckpt.final_dir(out, last))["next_step"] == last + 1
+    assert took < 30, took                 # within the grace period
+    assert [r["step"] for r in _rows(out)] == [str(s) for s in range(last + 1)]
+    t = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "yatt.cli", "run", "--resume", str(out),
+                        "--no-progress"], env=env, capture_output=True, text=True, timeout=600,
+                       cwd=ROOT)
+    assert p.returncode == 0, p.stderr[-2000:]
+    _same(_rows(reference), _rows(out))
+    from yatt.core.trace import Trace
+    tr = Trace.read_jsonl(out / "trace.jsonl")
+    assert tr.meta.extra["resumed_from"] == f"step-{last:06d}"
+    keys = [(s.step, s.sample_id) for s in tr.samples]   # each sample exactly once
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+    print(f"preemption: signal -> exit {took:.1f} s; resume {time.monotonic() - t:.1f} s")
+
+
+@pytest.mark.slow
+def test_sigint_to_the_driver_alone_cuts_the_step_short_and_checkpoints(plan, tmp_path):
+    import signal
+
+    from yatt.exec import checkpoint as ckpt
+    out = tmp_path / "interrupted"
+    # 0.2 s of grace: the step in progress gets 0.1 s, so it is cut short unless the signal
+    # came between two steps; either way the last good step is checkpointed
+    cmd = [sys.executable, "-m", "yatt.cli", "run", str(_preemptible(plan, tmp_path, 0.2)),
+           "--steps", str(STEPS), "--out", str(out), "--no-progress"]
+    rc, said, err, took = _signal_after_first_checkpoint(
+        cmd, out, _env(tmp_path), lambda pid: os.kill(pid, signal.SIGINT))
+    assert rc == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    lines = [ln for ln in said.splitlines() if ln.startswith("preempted by SIGINT")]
+    assert len(lines) == 1, said[-2000:]
+    last = ckpt.complete(out)[-1][0]
+    cut = f"in step {last + 1} (cut short 0.1 s after the signal; trainers back at step {last})"
+    assert cut in lines[0] or f"after step {last}:" in lines[0], lines[0]
+    d = ckpt.final_dir(out, last)
+    assert ckpt.verify(d) is None and ckpt.read_state(d)["next_step"] == last + 1
+    assert len(ckpt.read_state(d)["metrics"]) == last + 1     # no row of a cut-short step
+    assert [r["step"] for r in _rows(out)] == [str(s) for s in range(last + 1)]
+    assert not list((out / "checkpoints").glob("*.partial"))
+    print(f"preemption (driver only, {'cut short' if cut in lines[0] else 'between steps'}): "
+          f"signal -> exit {took:.1f} s")
+
+
+def _with_checkpoint(plan, tmp_path: Path, **changes) -> Path:
+    from yatt.core.config import dump_yaml
+    ck = dataclasses.replace(plan.experiment.checkpoint, **changes)
+    p = tmp_path / "plan.yaml"
+    dump_yaml(dataclasses.replace(plan, experiment=dataclasses.replace(plan.experiment,
+                                                                       checkpoint=ck)), p)
+    return p
+
+
+@pytest.mark.slow
+def test_a_checkpoint_write_failing_on_a_full_disk_is_dropped_and_the_run_goes_on(
+        reference, plan_file, tmp_path, monkeypatch, capsys):
+    from yatt.core.trace import Trace
+    from yatt.exec import checkpoint as ckpt
+    monkeypatch.setenv("YATT_FAULTS", "checkpoint.enospc@2")   # step 1's checkpoint
+    out = tmp_path / "full"
+    capsys.readouterr()
+    assert _cli_run(plan_file, out) == 0
+    warned = [ln for ln in capsys.readouterr().err.splitlines() if ln.startswith("warning: checkpoint")]
+    assert warned == ["warning: checkpoint step-000001 could not be written (No space left on "
+                      "device (YATT_FAULTS): trace.jsonl); dropped, its partial files removed; "
+                      "newest valid checkpoint: step-000000; the run goes on "
+                      "(checkpoint.required: false)"], warned
+    _same(_rows(reference), _rows(out))
+    assert [s for s, _ in ckpt.complete(out)] == [STEPS - 2, STEPS - 1]
+    assert not list((out / "checkpoints").glob("*.partial"))
+    extra = Trace.read_jsonl(out / "trace.jsonl").meta.extra
+    assert [f["step"] for f in extra["checkpoint_failures"]] == [1]
+
+
+@pytest.mark.slow
+def test_a_required_checkpoint_that_cannot_be_written_stops_the_run(plan, tmp_path, monkeypatch,
+                                                                     capsys):
+    from yatt.exec import checkpoint as ckpt
+    monkeypatch.setenv("YATT_FAULTS", "checkpoint.enospc@2")
+    out = tmp_path / "required"
+    capsys.readouterr()
+    assert _cli_run(_with_checkpoint(plan, tmp_path, required=True), out) == 1
+    said = " ".join(capsys.readouterr().out.split())
+    assert ("run stopped: stopping: checkpoint step-000001 could not be written (No space left "
+            "on device (YATT_FAULTS): trace.jsonl); dropped, its partial files removed; newest "
+            "valid checkpoint: step-000000 (checkpoint.required: true)") in said, said
+    done = ckpt.complete(out)
+    assert [s for s, _ in done] == [0] and ckpt.verify(done[0][1]) is None
+    assert not list((out / "checkpoints").glob("*.partial"))
+    assert len(_rows(out)) < STEPS          # stopped at the next step boundary
+
+
+@pytest.mark.slow
+def test_a_dead_controller_actor_is_restarted_and_its_prompts_redone_once(
+        reference, plan, tmp_path, monkeypatch):
+    from yatt.core.trace import Trace
+    monkeypatch.setenv("YATT_FAULTS", "controller.exit@2")   # controller 0, in step 1
+    monkeypatch.setenv("YATT_FAULT_DIR", str(tmp_path))
+    out = tmp_path / "controllers"
+    logs: list[str] = []
+    tr = _run(plan, out, controllers=2, log=logs.append)
+    assert (tmp_path / "yatt-fault-controller.exit@2").exists()   # it really died
+    assert [(f["step"], f["role"]) for f in tr.meta.extra["faults"]] == [(1, "controller")]
+    assert any("controller actor died" in m for m in logs), logs
+    rows = _rows(out)
+    assert rows[-1]["restarts"] == "1"
+    # two controllers, each a shard of every step's prompts: the same samples, rewards and
+    # updates as the one-controller reference (the trainer orders its batch by sample id)
+    _same(_rows(reference), rows)
+    t = Trace.read_jsonl(out / "trace.jsonl")
+    keys = [(s.step, s.sample_id) for s in t.samples]   # exactly once: none lost or doubled
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+    print("controller: recovered in", tr.meta.extra["faults"][0]["recovery_s"], "s")

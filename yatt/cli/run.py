@@ -64,6 +64,12 @@ def _check_flags(args: argparse.Namespace) -> None:
             raise InputError(f"got {v}; allowed: {'>= 1' if lo else '>= 0 (0: off)'}", field=flag)
 
 
+def _check_checkpoint_dir(run_dir: Path) -> None:
+    """RUN_DIR/checkpoints/ can be written (or made), before anything starts."""
+    from yatt.exec.checkpoint import check_dir
+    check_dir(run_dir)
+
+
 def _with_checkpointing(plan: Plan, args: argparse.Namespace) -> Plan:
     """The plan with --ckpt-every / --ckpt-minutes / --keep applied."""
     c = plan.experiment.checkpoint
@@ -111,9 +117,17 @@ def _worker_failed(e: Exception) -> int:
     return 1
 
 
+def _preempted(console: Console, e) -> int:
+    """A run stopped by SIGTERM/SIGINT with its last good step checkpointed: its one line
+    (with the `--resume` command), exit 0 (the scheduler requeues the job)."""
+    console.print(str(e), markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
 def resume_command(args: argparse.Namespace, console: Console) -> int:
     """`yatt run --resume RUN_DIR`: continue a run from its newest valid checkpoint."""
     try:
+        from yatt.exec.preempt import Preempted
         from yatt.exec.runner import read_run_file, run_plan
         from yatt.exec.supervisor import RunAborted
     except ImportError as e:
@@ -125,6 +139,7 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     plan = _with_checkpointing(load_plan(run_dir / "plan.yaml"), args)
     steps = args.steps if args.steps_given else info["steps"]
     check_out_dir(run_dir, field="--resume")   # it is written to: writable, before start-up
+    _check_checkpoint_dir(run_dir)
     from yatt.exec import checkpoint as ckpt
     from yatt.exec import safe_load
     # no checkpoint that verifies and loads safely: say so before preparing the job (which
@@ -139,6 +154,8 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {shown(e, 2000)}", highlight=False)
         return 1
+    except Preempted as e:
+        return _preempted(console, e)
     except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log
         return _worker_failed(e)
     console.print(f"run dir: {shown(run_dir)}")
@@ -167,6 +184,7 @@ def run_command(args: argparse.Namespace) -> int:
     job = None
     if not is_plan_file(src):
         check_out_dir(args.out)   # writable, before the job's check, planning and start-up
+        _check_checkpoint_dir(Path(args.out))
         # the job first: bad data or code fails before planning, and the plan sees the data
         try:
             job = _prepare(exp, args.seed, args.steps)
@@ -200,6 +218,7 @@ def run_command(args: argparse.Namespace) -> int:
         plan = result.best.plan
     check_runnable(plan, args.steps)   # before the executor's imports: the light install too
     try:
+        from yatt.exec.preempt import Preempted
         from yatt.exec.runner import run_plan
         from yatt.exec.supervisor import RunAborted
     except ImportError as e:  # the light install has no executor
@@ -207,6 +226,7 @@ def run_command(args: argparse.Namespace) -> int:
     plan = _with_checkpointing(plan, args)
     check_runnable(plan, args.steps)
     out = check_out_dir(args.out)
+    _check_checkpoint_dir(out)
     if job is None:
         job = _prepare(plan.experiment, args.seed, args.steps)
     try:
@@ -215,6 +235,8 @@ def run_command(args: argparse.Namespace) -> int:
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {shown(e, 2000)} (run dir: {shown(out)})", highlight=False)
         return 1
+    except Preempted as e:
+        return _preempted(console, e)
     except InputError:
         raise
     except Exception as e:   # noqa: BLE001 - a worker's error: one line, then its log

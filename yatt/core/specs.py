@@ -371,7 +371,10 @@ class CheckpointSpec:
     trigger off), and after the run's last step unless `final` is false. The trainer's
     write is asynchronous; `keep_last` sealed checkpoints are kept. A dead actor is restarted up to `max_restarts` times per run and the step is
     redone; `max_nonfinite_steps` consecutive steps with a non-finite loss or gradient
-    stop the run.
+    stop the run. A checkpoint that cannot be written is removed (the previous one stays
+    the newest) and the run goes on, or stops if `required`. On SIGTERM or SIGINT the run
+    checkpoints its last good step and exits 0 (`preempt_grace_s`: the grace period before
+    the cluster's SIGKILL).
     """
 
     every_steps: int = spec_field(10, ge=0, le=MAX_STEPS, help="checkpoint every N completed steps (0: off)")
@@ -384,6 +387,12 @@ class CheckpointSpec:
     max_restarts: int = spec_field(3, ge=0, le=MAX_STEPS, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, le=MAX_STEPS, help="consecutive non-finite steps that stop the run")
     final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")
+    required: bool = spec_field(False, help="a checkpoint that cannot be written (a full disk) stops "
+                                            "the run; false: one warning line and the run goes on")
+    preempt_grace_s: float = spec_field(30.0, gt=0, le=86400.0,
+                                        help="on SIGTERM/SIGINT: seconds until the cluster's SIGKILL; "
+                                             "the step in progress gets half to finish, then the "
+                                             "last good step is checkpointed and the run exits 0")
 
     @property
     def any_trigger(self) -> bool:

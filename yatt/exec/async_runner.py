@@ -207,9 +207,10 @@ class AsyncRunner:
         self.rec.extra["async"] = async_summary(per, self.k)
         return row
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 600.0) -> None:
+        """Stop the generator after the step it is generating (waited up to `timeout_s`)."""
         with self._cv:
             self._stop = True
             self._cv.notify_all()
         if self._thread is not None:
-            self._thread.join(timeout=600)
+            self._thread.join(timeout=timeout_s)

@@ -39,7 +39,7 @@ from typing import Any, Callable, Optional
 from yatt.core.errors import InputError
 from yatt.core.jsonl import parse_line
 from yatt.core.limits import MAX_SECONDS, MAX_STEPS
-from yatt.core.safeio import ensure_dir, read_at_most, write_text
+from yatt.core.safeio import check_out_dir, ensure_dir, read_at_most, write_text
 from yatt.core.schema import from_dict, spec_field, to_dict
 
 FORMAT = "yatt.checkpoint/1"
@@ -105,6 +105,30 @@ def remove(p: Path) -> None:
         shutil.rmtree(p)
     else:
         os.unlink(p)
+
+
+def check_dir(run_dir: Path) -> Path:
+    """Before a run starts: `RUN_DIR/checkpoints/` is a real directory a file can be written
+    in, or (missing) can be created; InputError naming it otherwise (a file or a link in its
+    place, a read-only disk, no permission). Creates nothing."""
+    d = root(run_dir)
+    field = "checkpoint directory"
+    try:
+        st = os.lstat(d)
+    except FileNotFoundError:
+        check_out_dir(d, field=field, create=False)   # its nearest existing parent is probed
+        return d
+    except OSError as e:
+        raise InputError(f"cannot be read ({e.strerror or type(e).__name__}); allowed: a "
+                         "directory yatt may write in", field=field, file=str(d)) from None
+    if stat.S_ISLNK(st.st_mode):
+        raise InputError("is a link; allowed: a real directory (yatt never writes through links)",
+                         field=field, file=str(d))
+    if not stat.S_ISDIR(st.st_mode):
+        raise InputError("exists and is not a directory; allowed: a directory yatt may write in",
+                         field=field, file=str(d))
+    check_out_dir(d, field=field, create=False)
+    return d
 
 
 def fresh_dir(run_dir: Path, step: int) -> Path:

@@ -36,6 +36,7 @@ from yatt.core.roles import RewardSource
 from yatt.core.specs import AlgoSpec, Workload
 from yatt.core.trace import SampleRecord
 
+from . import faults
 from .algo import all_equal_groups, step_advantages
 from .data import ArithSource, PromptEncoder, PromptSource, eval_due
 from .genrm import JudgeInput, Judgment
@@ -147,6 +148,17 @@ class StepController:
                      if cfg.rule is not None or cfg.reward_fn is not None else None)
         self._queues: list = []
         self.step = -1
+        # tests: a controller actor dies mid-step (K > 1 only: with K = 1 it is the driver)
+        self._fault = faults.hook("controller", cfg.index) if cfg.count > 1 else None
+
+    def ping(self) -> bool:
+        """Liveness probe (fault recovery waits on it while Ray restarts the actor)."""
+        return True
+
+    def _maybe_die(self) -> None:
+        if self._fault is not None:
+            self._fault.tick()
+            self._fault.maybe_exit()
 
     # ---- step data -------------------------------------------------------------------
     def begin(self, step: int) -> int:
@@ -306,6 +318,7 @@ class StepController:
         refs = [e.generate.remote(p) for e, p in zip(self.rollout_engines, parts) if p]
         for res in ray.get(refs):
             self.results.update({r.key: r for r in res})
+        self._maybe_die()    # after the engines' work, which the redone step repeats
         self._check([s.sample_id for s in self.pending])
         return self._report(t)
 
@@ -350,6 +363,7 @@ class StepController:
             self.results.update({r.key: r for r in res})
         for js in ray.get(judge_refs):
             self.judged.update({j.key: j for j in js})
+        self._maybe_die()
         self._check([s.sample_id for s in self.pending])
         self._combine([s.sample_id for s in self.pending])
         return self._report(t)
@@ -502,7 +516,7 @@ class ControllerGroup:
     """
 
     def __init__(self, make_cfg: Callable[[int, int], ControllerConfig], count: int,
-                 args: tuple, env: Optional[dict] = None):
+                 args: tuple, env: Optional[dict] = None, max_restarts: int = 0):
         self.count = count
         if count == 1:
             self.local = [StepController(make_cfg(0, 1), *args)]
@@ -511,9 +525,11 @@ class ControllerGroup:
             import ray
             cls = ray.remote(num_cpus=0)(StepController)
             opts = {"runtime_env": {"env_vars": env}} if env else {}
+            # a dead controller is restarted by Ray (it keeps no state across steps: the
+            # supervisor redoes the step, whose prompts derive from (seed, step, round))
             self.local = []
-            self.remote = [cls.options(**opts).remote(make_cfg(i, count), *args)
-                           for i in range(count)]
+            self.remote = [cls.options(**opts, max_restarts=max_restarts, max_task_retries=0)
+                           .remote(make_cfg(i, count), *args) for i in range(count)]
 
     def call(self, method: Callable, *args: Any) -> list:
         if self.local:

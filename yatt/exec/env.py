@@ -46,8 +46,8 @@ def apply_local_env(cpu: bool) -> None:
 
 
 def ensure_ray(num_devices: int, address: Optional[str] = None, cpu: bool = True) -> bool:
-    """Connect to Ray; returns True when this call started a local cluster (caller shuts it
-    down). Reuses an already-initialised Ray session (tests start one per session).
+    """Connect to Ray; returns True when this call started a local cluster (the caller
+    stops it with `stop_ray`). Reuses an already-initialised Ray session (tests start one per session).
 
     address: join an existing cluster (`ray start --head` on the head node, `ray start
     --address=HEAD:6379` on the others, then `yatt run ... --address HEAD:6379`). Each
@@ -68,7 +68,18 @@ def ensure_ray(num_devices: int, address: Optional[str] = None, cpu: bool = True
     os.environ.setdefault("RAY_worker_niceness", "0")
     tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
     os.environ["RAY_TMPDIR"] = tmp
-    ray.init(num_cpus=max(2, os.cpu_count() or 2), num_gpus=num_devices if cpu else None, include_dashboard=False,
-             _temp_dir=tmp, log_to_driver=False,
-             runtime_env={"env_vars": worker_env(cpu)})
+    # the cluster runs outside the driver's process group (localray.py: a signal to the
+    # group must reach the driver only, which then checkpoints; preempt.py)
+    from . import localray
+    address = localray.start(max(2, os.cpu_count() or 2), num_devices if cpu else None, tmp)
+    ray.init(address=address, runtime_env={"env_vars": worker_env(cpu)}, log_to_driver=False)
     return True
+
+
+def stop_ray() -> None:
+    """Disconnect from Ray and stop the local cluster `ensure_ray` started."""
+    import ray
+
+    from . import localray
+    ray.shutdown()
+    localray.stop()

@@ -7,18 +7,24 @@ environment lookup per hooked call.
 Syntax: comma-separated `ROLE.EVENT@N` (fire on the N-th call, 1-based) or `ROLE.EVENT@N+`
 (fire on the N-th call and every later one), e.g. `rollout.exit@2,trainer.nan@3`.
 
-  ROLE   rollout | genrm | trainer | reference | driver   (the hooked actor's role;
+  ROLE   rollout | genrm | trainer | reference | controller | driver | checkpoint
+                                             (the hooked actor's role; controller: a step
+                                              controller actor, `controllers` > 1 only;
                                               driver: the `yatt run` process, counted per
-                                              completed step)
+                                              completed step; checkpoint: the driver's
+                                              checkpoint writes, counted per checkpoint)
   EVENT  exit   `os._exit(1)` inside the hooked method: the actor process dies mid-step
                 (rollout/genrm: `generate`, which a GenRM's `judge` calls once per batch;
                 trainer: `train_step`, after the backward pass, so the other ranks are
-                left inside a collective; reference: `logprobs`);
+                left inside a collective; reference: `logprobs`; controller: `rollout`
+                or `rollout_and_judge`, after the engines answered);
                 driver: right after the N-th step completed, as a crash would);
                 fires in the role's first actor only (index 0), once per run: a marker
                 file in `YATT_FAULT_DIR` (default: the system temp dir) keeps the
                 restarted actor from dying again
          nan    the trainer's loss becomes NaN on every rank (`train_step`)
+         enospc the checkpoint's `trace.jsonl` write fails half-way with ENOSPC, as on a
+                full disk (checkpoint only; the trainer's shards are already written)
 
 Calls are counted per process, so after a restart the count starts again at 1.
 """
@@ -34,8 +40,9 @@ from yatt.core.errors import InputError
 
 ENV = "YATT_FAULTS"
 DIR_ENV = "YATT_FAULT_DIR"
-ROLES = ("rollout", "genrm", "trainer", "reference", "driver")
-EVENTS = ("exit", "nan")
+ROLES = ("rollout", "genrm", "trainer", "reference", "controller", "driver", "checkpoint")
+EVENTS = ("exit", "nan", "enospc")
+ONLY = {"nan": "trainer", "enospc": "checkpoint"}   # events of one role only
 
 
 @dataclass(frozen=True)
@@ -65,9 +72,11 @@ def parse(text: str) -> tuple[Fault, ...]:
         except ValueError:
             raise InputError(f"got {item!r}; allowed: ROLE.EVENT@N or ROLE.EVENT@N+",
                              field=ENV) from None
-        if role not in ROLES or event not in EVENTS or n < 1 or (event == "nan" and role != "trainer"):
+        if (role not in ROLES or event not in EVENTS or n < 1
+                or ONLY.get(event, role) != role or (role == "checkpoint") != (event == "enospc")):
             raise InputError(f"got {item!r}; allowed roles {'|'.join(ROLES)}, events "
-                             f"{'|'.join(EVENTS)} (nan: trainer only), N >= 1", field=ENV)
+                             f"{'|'.join(EVENTS)} (nan: trainer only; checkpoint: enospc "
+                             "only), N >= 1", field=ENV)
         out.append(Fault(role, event, n, repeat))
     return tuple(out)
 
@@ -113,6 +122,14 @@ class Hook:
     def maybe_exit(self) -> None:
         if self.fires("exit"):
             os._exit(1)
+
+
+def fill_disk(path: Path, data: bytes) -> None:
+    """Write the first half of `data` to `path`, then fail as a full disk does."""
+    import errno
+    with open(path, "wb") as f:
+        f.write(data[: len(data) // 2])
+    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (YATT_FAULTS)", str(path))
 
 
 def hook(role: str, index: int = 0) -> Optional[Hook]:

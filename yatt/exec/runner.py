@@ -27,10 +27,10 @@ from yatt.core.safeio import write_text
 from yatt.core.trace import Trace
 
 from . import checkpoint as ckpt
-from . import faults
+from . import faults, localray, preempt
 from .controller import ControllerConfig, ControllerGroup, Moments
 from .data import check_resume_position
-from .env import apply_local_env, ensure_ray, has_cuda, worker_env
+from .env import apply_local_env, ensure_ray, has_cuda, stop_ray, worker_env
 from .job import Job, prepare_job
 from .rayutil import get_all
 from .recorder import Progress, Recorder
@@ -176,13 +176,20 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         _write_run_files(plan, out_dir, steps, seed, k)
     start = int(state["next_step"]) if state else 0
     bar = Progress(steps - start, f"yatt run {plan.describe()}", progress)
-    started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
+    # SIGTERM/SIGINT: from here a signal stops start-up at once, or checkpoints the last good
+    # step once the loop runs (preempt.py)
+    guard = preempt.Guard(plan.experiment.checkpoint.preempt_grace_s, out_dir,
+                          lambda: _newest(out_dir))
+    guard.install()
+    started = False
     placement = actors = arun = None
     groups: list[ControllerGroup] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
     step = start
     try:
+        started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
+        guard.install()   # ray.init sets its own SIGTERM handler
         exp = plan.experiment
         genrm = exp.algo.reward.needs_genrm
         placement = Placement(plan, {**worker_env(cpu), **faults.env_passthrough()})
@@ -199,7 +206,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                                     source=job.source, reward_fn=job.reward_fn)
         ctl_args = (actors.engines.get(Role.ROLLOUT, []), actors.engines.get(Role.GENRM, []),
                     actors.refs, actors.trainer_groups)
-        groups = [ControllerGroup(make_cfg, k, ctl_args, worker_env(cpu))
+        groups = [ControllerGroup(make_cfg, k, ctl_args, {**worker_env(cpu), **faults.env_passthrough()},
+                                  max_restarts=exp.checkpoint.max_restarts)
                   for _ in range(runners_needed(plan.max_staleness) if asynchronous else 1)]
         ctl = groups[0]
         if asynchronous:
@@ -207,7 +215,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
                              arun.republish, steps, log, data_position=job.source.position)
             sup.extra_files = arun.engine_weights_for
-            step = _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log, exp)
+            step = _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log,
+                              exp, guard)
             return rec.write(out_dir, steps)
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
@@ -219,28 +228,51 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         sup.snapshot()
         warned: set[str] = set()
         crash = faults.hook("driver")      # tests: the driver dies after a step
-        for step in range(start, steps):
-            while True:
-                try:
-                    row = runner.run_step(step)
+        guard.running()
+        last_good, aborted = start - 1, None
+        try:
+            for step in range(start, steps):
+                if guard.requested:
                     break
-                except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
-                    if not sup.is_fault(e):
-                        raise
-                    sup.recover(e, step, runner.round)
-            row = sup.after_step(step, row)
-            tracker.log(row)
-            _warn(log, step, runner.last_moments, exp, warned)
-            bar.step(row)
-            if crash is not None:
-                crash.tick()
-                crash.maybe_exit()
+                while True:
+                    guard.enter_step()
+                    try:
+                        row = runner.run_step(step)
+                        break
+                    except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
+                        if preempt.is_abort(e):
+                            raise preempt.Abort() from e
+                        if not sup.is_fault(e):
+                            raise
+                        sup.recover(e, step, runner.round)
+                    finally:
+                        guard.leave_step()
+                row = sup.after_step(step, row)
+                last_good = step
+                tracker.log(row)
+                _warn(log, step, runner.last_moments, exp, warned)
+                bar.step(row)
+                if crash is not None:
+                    crash.tick()
+                    crash.maybe_exit()
+        except preempt.Abort:   # the step overran its share of the grace period
+            aborted = step
+        if guard.requested and (aborted is not None or last_good < steps - 1):
+            ck = sup.checkpoint_now(last_good, aborted)
+            rec.write(out_dir, last_good + 1)
+            how = (f"in step {aborted} (cut short {guard.grace_s / 2:g} s after the signal; "
+                   f"trainers back at step {last_good})" if aborted is not None
+                   else f"after step {last_good}")
+            fresh = ck is not None and int(ck.name.removeprefix("step-")) >= start
+            raise preempt.Preempted(guard.signame, how, ck,
+                                    guard.elapsed_s() if fresh else None, out_dir)
         sup.finish(last_step=steps - 1)
         return rec.write(out_dir, steps)
     except (RunAborted, InputError):
         rec.write(out_dir, step)     # keep what was measured up to the failure
         raise
     finally:
+        guard.running()   # a first signal from here on lets the clean-up finish
         bar.close()
         tracker.close()
         if arun is not None:
@@ -259,15 +291,28 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         if placement is not None:
             placement.remove()
         if started:
-            ray.shutdown()
+            stop_ray()
+        else:
+            localray.stop()   # a start-up cut short after the cluster came up
+        guard.restore()
+
+
+def _newest(out_dir: Path) -> Optional[str]:
+    """The newest sealed checkpoint's name, for a line (never raises: a signal handler)."""
+    try:
+        done = ckpt.complete(out_dir)
+    except OSError:
+        return None
+    return done[-1][1].name if done else None
 
 
 def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optional[Path],
                state: Optional[dict], start: int, steps: int, tracker: Tracker, bar: Progress,
-               log: Callable[[str], None], exp) -> int:
+               log: Callable[[str], None], exp, guard: "preempt.Guard") -> int:
     """The async step loop (async_runner.py): the generator runs ahead on its own thread;
     this thread trains, runs the supervisor's boundary and commits each version. An actor
-    fault stops the run (its last checkpoint resumes it exactly); returns the last step."""
+    fault stops the run (its last checkpoint resumes it exactly); a signal checkpoints the
+    last good step as in the synchronous loop. Returns the last step."""
     engine_weights = None
     if ck_dir is not None:
         from safetensors.torch import load_file
@@ -279,28 +324,49 @@ def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optio
     arun.start(start, steps, engine_weights)
     warned: set[str] = set()
     crash = faults.hook("driver")      # tests: the driver dies after a step
-    step = start
-    for step in range(start, steps):
-        try:
-            row = arun.train_step(step)
-        except Exception as e:   # noqa: BLE001 - actor deaths end an async run
-            if not sup.is_fault(e):
-                raise
-            arun.stop()
-            last = ckpt.complete(sup.out)
-            role = sup._role_of(e)
-            raise RunAborted(f"step {step}: a {role} actor died; async runs stop on an actor "
-                             "fault" + (f"; resume from {last[-1][1].name}: yatt run --resume "
-                             f"{sup.out}" if last else "; no checkpoint was saved")) from e
-        row = sup.after_step(step, row)
-        arun.commit(step)
-        tracker.log(row)
-        _warn(log, step, arun.runner(step).last_moments, exp, warned)
-        bar.step(row)
-        if crash is not None:
-            crash.tick()
-            crash.maybe_exit()
-    arun.stop()
+    guard.running()
+    step, last_good, aborted = start, start - 1, None
+    try:
+        for step in range(start, steps):
+            if guard.requested:
+                break
+            guard.enter_step()
+            try:
+                row = arun.train_step(step)
+            except Exception as e:   # noqa: BLE001 - actor deaths end an async run
+                if preempt.is_abort(e):
+                    raise preempt.Abort() from e
+                if not sup.is_fault(e):
+                    raise
+                arun.stop()
+                last = ckpt.complete(sup.out)
+                role = sup._role_of(e)
+                raise RunAborted(f"step {step}: a {role} actor died; async runs stop on an actor "
+                                 "fault" + (f"; resume from {last[-1][1].name}: yatt run --resume "
+                                 f"{sup.out}" if last else "; no checkpoint was saved")) from e
+            finally:
+                guard.leave_step()
+            row = sup.after_step(step, row)
+            arun.commit(step)
+            last_good = step
+            tracker.log(row)
+            _warn(log, step, arun.runner(step).last_moments, exp, warned)
+            bar.step(row)
+            if crash is not None:
+                crash.tick()
+                crash.maybe_exit()
+    except preempt.Abort:   # the step overran its share of the grace period
+        aborted = step
+    arun.stop(guard.grace_s / 4 if guard.requested else 600.0)
+    if guard.requested and (aborted is not None or last_good < steps - 1):
+        ck = sup.checkpoint_now(last_good, aborted)
+        sup.rec.write(sup.out, last_good + 1)
+        how = (f"in step {aborted} (cut short {guard.grace_s / 2:g} s after the signal; "
+               f"trainers back at step {last_good})" if aborted is not None
+               else f"after step {last_good}")
+        fresh = ck is not None and int(ck.name.removeprefix("step-")) >= start
+        raise preempt.Preempted(guard.signame, how, ck, guard.elapsed_s() if fresh else None,
+                                sup.out)
     sup.finish(last_step=steps - 1)
     return step
 

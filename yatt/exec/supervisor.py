@@ -39,9 +39,15 @@ from yatt.core.roles import Mode, Role
 from yatt.core.specs import CheckpointSpec
 
 from . import checkpoint as ckpt
+from . import faults
 from .controller import StepController
 from .rayutil import get_all
 from .worker_errors import describe
+
+
+def _why(e: OSError) -> str:
+    """`[Errno 28] No space left on device: 'FILE'` without the run's absolute path noise."""
+    return f"{e.strerror or type(e).__name__}" + (f": {Path(e.filename).name}" if e.filename else "")
 
 
 class RunAborted(RuntimeError):
@@ -107,6 +113,9 @@ class Supervisor:
         self.last_saved = -1
         # extra files of a checkpoint: next step -> a writer into the checkpoint's directory
         self.extra_files: Optional[Callable[[int], Callable[[Path], None]]] = None
+        self.failed: dict[int, str] = {}         # checkpoint step -> why its write failed
+        self._told: set[int] = set()             # failures already logged
+        self._disk = faults.hook("checkpoint")   # tests: a write fails as on a full disk
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -168,7 +177,11 @@ class Supervisor:
         later the manifest + rename) runs on one background thread, in order."""
         import copy
 
-        part = ckpt.fresh_dir(self.out, step)   # made by us: no link planted in its place
+        try:
+            part = ckpt.fresh_dir(self.out, step)   # made by us: no link planted in its place
+        except OSError as e:
+            self.failed[step] = _why(e)
+            return
         done = step + 1
         state = {
             "step": step, "next_step": done, "total_steps": self.total_steps,
@@ -184,12 +197,21 @@ class Supervisor:
             "metrics": [dict(m) for m in self.rec.metrics], "extra": copy.deepcopy(self.rec.extra)}
         trace = self.rec.trace(done)            # immutable records: a consistent copy
         extra = self.extra_files(done) if self.extra_files is not None else None
+        full = False
+        if self._disk is not None:
+            self._disk.tick()
+            full = self._disk.fires("enospc")
 
         def write() -> None:
-            ckpt.write_state(part, state)
-            trace.write_jsonl(part / ckpt.TRACE)
-            if extra is not None:
-                extra(part)
+            try:
+                ckpt.write_state(part, state)
+                if full:
+                    faults.fill_disk(part / ckpt.TRACE, b"x" * 4096)
+                trace.write_jsonl(part / ckpt.TRACE)
+                if extra is not None:
+                    extra(part)
+            except OSError as e:   # a full or failing disk: this checkpoint is dropped at its seal
+                self.failed[step] = _why(e)
         self._background(write)
         tdir = str(part / ckpt.TRAINER)
         async_save = self.spec.async_save if async_save is None else async_save
@@ -231,7 +253,29 @@ class Supervisor:
         self._io_jobs.append(self._io.submit(fn))
 
     def _drain(self) -> None:
-        """Wait for the background checkpoint I/O; re-raise its first error."""
+        """Wait for the background checkpoint I/O; re-raise its first error. A checkpoint
+        that could not be written is one line: a warning, or the run stops when
+        `checkpoint.required` (after the trainers finished with it, its files removed)."""
+        self._wait_io()
+        new = sorted(set(self.failed) - self._told)
+        if not new:
+            return
+        self._told.update(new)
+        self.rec.extra["checkpoint_failures"] = [
+            {"step": s, "error": w} for s, w in sorted(self.failed.items())]
+        if self.spec.required:
+            self.poll(blocking=True)
+            self._wait_io()
+        done = ckpt.complete(self.out)
+        newest = done[-1][1].name if done else "none"
+        for step in new:
+            what = (f"checkpoint step-{step:06d} could not be written ({self.failed[step]}); "
+                    f"dropped, its partial files removed; newest valid checkpoint: {newest}")
+            if self.spec.required:
+                raise RunAborted(f"stopping: {what} (checkpoint.required: true)")
+            self.log(f"warning: {what}; the run goes on (checkpoint.required: false)")
+
+    def _wait_io(self) -> None:
         jobs, self._io_jobs = self._io_jobs, []
         for j in jobs:
             j.result()
@@ -250,8 +294,16 @@ class Supervisor:
         step = self.pending.pop(tdir)
 
         def seal() -> None:
-            final = ckpt.commit(self.out, step, self.spec.keep_last)
-            self.log(f"checkpoint {final} sealed")
+            if step not in self.failed:
+                try:
+                    final = ckpt.commit(self.out, step, self.spec.keep_last)
+                except OSError as e:      # the manifest or the rename failed
+                    self.failed[step] = _why(e)
+                else:
+                    self.log(f"checkpoint {final} sealed")
+                    return
+            # never sealed: the partial files go, the previous checkpoint stays the newest
+            ckpt.remove(ckpt.partial_dir(self.out, step))
         self._background(seal)
 
     def finish(self, last_step: int = -1) -> None:
@@ -268,10 +320,28 @@ class Supervisor:
             self.rec.extra["checkpoints"] = [d.name for _, d in done]
             self.rec.extra["last_checkpoint"] = done[-1][1].name
 
+    def checkpoint_now(self, last_good: int, aborted: Optional[int] = None) -> Optional[Path]:
+        """A preempted run (preempt.py): checkpoint the last good step synchronously and
+        return the newest sealed checkpoint (None if there is none). `aborted`: a step cut
+        short; its records are forgotten and the trainers restored to the snapshot of the
+        last good step (a rank runs its calls in order: the restore waits for the step's
+        training call, if one was sent)."""
+        if aborted is not None:
+            self.rec.drop_step(aborted)
+            self._restore()
+        self.poll(blocking=True)     # the writes in flight, sealed on the I/O thread
+        if last_good >= 0 and self.last_saved != last_good and not (
+                (d := ckpt.complete(self.out)) and d[-1][0] >= last_good):
+            self.save(last_good, async_save=False)
+        self._drain()
+        done = ckpt.complete(self.out)
+        return done[-1][1] if done else None
+
     # ---- faults ----------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
         return {"trainer": self.actors.trainers, "reference": self.actors.refs,
-                **{r.value: es for r, es in self.actors.engines.items()}}
+                **{r.value: es for r, es in self.actors.engines.items()},
+                "controller": list(getattr(self.ctl, "remote", []))}
 
     def _role_of(self, e: BaseException) -> str:
         aid = getattr(e, "actor_id", None)
@@ -324,6 +394,7 @@ class Supervisor:
                              f"{self.spec.max_restarts} (last: {role} at step {step}: "
                              f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
+        wait_alive(list(getattr(self.ctl, "remote", [])))   # a dead controller: restarted by Ray
         self.ctl.call(StepController.shutdown)            # drop the step's queues
         trainers = self.actors.trainers
         if role in ("trainer", "unknown"):
