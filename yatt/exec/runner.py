@@ -182,6 +182,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                           lambda: _newest(out_dir))
     guard.install()
     started = False
+    joined = ray.is_initialized()   # a session the caller owns (tests, benchmarks): left as is
     placement = actors = arun = None
     groups: list[ControllerGroup] = []
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -292,7 +293,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             placement.remove()
         if started:
             stop_ray()
-        else:
+        elif not joined:
             localray.stop()   # a start-up cut short after the cluster came up
         guard.restore()
 
