@@ -41,7 +41,9 @@ METADATA_GLOBALS: frozenset[tuple[str, str]] = frozenset({
     *(("torch", n) for n in ("float32", "float16", "bfloat16", "float64", "int64", "int32",
                              "int16", "int8", "uint8", "bool", "float8_e4m3fn", "float8_e5m2")),
     ("torch.serialization", "_get_layout"),
-    ("torch.distributed.checkpoint.filesystem", "_StorageInfo"),
+    # `_StoragePrefix` (a file-name prefix): in the metadata of saves that reuse megatron's
+    # cached plan, i.e. every checkpoint after a run's first few
+    *(("torch.distributed.checkpoint.filesystem", n) for n in ("_StorageInfo", "_StoragePrefix")),
     *(("torch.distributed.checkpoint.metadata", n) for n in (
         "Metadata", "MetadataIndex", "StorageMeta", "TensorProperties", "TensorStorageMetadata",
         "BytesStorageMetadata", "ChunkStorageMetadata", "_MEM_FORMAT_ENCODING")),
