@@ -30,6 +30,7 @@ def start(num_cpus: int, num_gpus: Optional[int], temp_dir: str) -> str:
     """Start the helper (and the cluster); return the cluster's address. RuntimeError with
     the helper's last output when it fails to start."""
     global _HELPER
+    os.makedirs(temp_dir, exist_ok=True)   # RAY_TMPDIR may name a directory not made yet
     err = open(os.path.join(temp_dir, "yatt-localray.err"), "wb")
     cmd = [sys.executable, "-m", "yatt.exec.localray", str(num_cpus),
            "-" if num_gpus is None else str(num_gpus), temp_dir]
