@@ -2,8 +2,9 @@
 
 Plan: 2 devices, the rollout engine and the GenRM on device 0 (switching resident), the
 trainer and the reference on device 1, max_staleness 1, a checkpoint after every step.
-One uninterrupted run is the reference; a run stopped after step 1 and resumed must repeat
-it exactly (the checkpoint keeps the engines' next weight version).
+One uninterrupted run is the reference; a run stopped after step 1 and resumed, with an
+engine and a trainer killed in the resumed part, must repeat it exactly (the checkpoint
+keeps the engines' next weight version; a recovery regenerates from the failed step).
 """
 from __future__ import annotations
 
@@ -105,15 +106,36 @@ def test_the_engines_take_each_version_between_their_steps(reference):
 
 
 @pytest.mark.slow
-def test_a_stopped_run_resumes_exactly(reference, plan, tmp_path):
+def test_a_stopped_run_resumes_exactly_through_actor_faults(reference, plan, tmp_path,
+                                                           monkeypatch):
+    """Stopped after step 1, resumed; in the resumed part the rollout engine dies in its
+    first generate (step 2) and the trainer in its second train step (step 3). Each is
+    restarted, the generator starts again from the failed step, and the run still repeats
+    the uninterrupted one exactly, every sample once."""
+    from yatt.core.trace import Trace
     out_ref, _ = reference
     out = tmp_path / "stopped"
     _run(plan, out, steps=2)
     ck = sorted((out / "checkpoints").glob("step-*"))[-1]
     assert (ck / "engine_weights.safetensors").is_file()
-    _run(plan, out, steps=STEPS, resume=True)
+    monkeypatch.setenv("YATT_FAULTS", "rollout.exit@1,trainer.exit@2")
+    monkeypatch.setenv("YATT_FAULT_DIR", str(tmp_path))
+    logs: list[str] = []
+    tr = _run(plan, out, steps=STEPS, resume=True, log=logs.append)
+    # the newest checkpoint (its metadata from megatron's cached save plan) is the one loaded
+    assert tr.meta.extra["resumed_from"] == ck.name == "step-000001"
+    assert (tmp_path / "yatt-fault-rollout.exit@1").exists()   # the faults really fired
+    assert (tmp_path / "yatt-fault-trainer.exit@2").exists()
+    assert [(f["step"], f["role"]) for f in tr.meta.extra["faults"]] == [(2, "rollout"),
+                                                                         (3, "trainer")]
+    assert any("rollout actor died" in m for m in logs) and any("trainer actor died" in m for m in logs)
     a, b = _rows(out_ref), _rows(out)
     assert [r["step"] for r in a] == [r["step"] for r in b]
+    assert b[-1]["restarts"] == "2"
     for ra, rb in zip(a, b):
         for c in EXACT:
             assert ra[c] == rb[c], (ra["step"], c, ra[c], rb[c])
+    t = Trace.read_jsonl(out / "trace.jsonl")
+    keys = [(s.step, s.sample_id) for s in t.samples]
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+    assert [p["step"] for p in t.meta.extra["steps"]] == list(range(STEPS))

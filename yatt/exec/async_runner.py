@@ -78,17 +78,17 @@ class AsyncRunner:
         ray.wait(states, num_returns=len(states), fetch_local=False)
         return states[0]
 
-    def start(self, first_step: int, steps: int, engine_weights: Optional[dict] = None) -> None:
+    def start(self, first_step: int, steps: int, engine_weights: Any = None) -> None:
         """Publish the trainer's weights as version `first_step` and start the generator.
-        `engine_weights`: on resume, the engines' version for `first_step` (else they hold
-        the initial weights, version 0)."""
+        `engine_weights` (a state dict or its object ref): on resume, the engines' version
+        for `first_step` (else they hold the initial weights, version 0)."""
         import ray
 
         self._committed = first_step
         self._published[first_step] = self._gather()
         want = min_policy_version(first_step, self.k)
         if engine_weights is not None:
-            ref = ray.put(engine_weights)
+            ref = engine_weights if isinstance(engine_weights, ray.ObjectRef) else ray.put(engine_weights)
             self._published[want] = ref
             get_all([e.update_weights.remote(ref) for e in self.actors.engines[Role.ROLLOUT]])
         self._engine_version = want
@@ -138,6 +138,22 @@ class AsyncRunner:
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             save_file({n: t.contiguous() for n, t in ray.get(ref).items()}, str(d / ENGINE_WEIGHTS))
         return write
+
+    def restart(self, step: int, steps: int) -> None:
+        """Generate again from `step` after a recovery (the supervisor brought the trainer
+        back to the start of `step`): what the generator made for `step` and later is
+        dropped, and the engines are given version `min_policy_version(step, k)` again, so
+        the redone steps see exactly the samples the lost ones would have."""
+        self.stop()
+        with self._cv:
+            engines = self._published[min_policy_version(step, self.k)]
+            self._published = {v: r for v, r in self._published.items() if v < step}
+            self._ready.clear()
+            self._timing.clear()
+            self._error, self._stop = None, False
+        for s in range(step, steps):
+            self.rec.drop_step(s)
+        self.start(step, steps, engines)
 
     # ---- the generator ---------------------------------------------------------------
     def _take(self, step: int, version: int) -> None:

@@ -183,7 +183,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     guard.install()
     started = False
     joined = ray.is_initialized()   # a session the caller owns (tests, benchmarks): left as is
-    placement = actors = arun = None
+    placement = actors = arun = sup = None
     groups: list[ControllerGroup] = []
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
@@ -216,8 +216,9 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
                              arun.republish, steps, log, data_position=job.source.position)
             sup.extra_files = arun.engine_weights_for
-            step = _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log,
-                              exp, guard)
+            sup.ctls = groups
+            _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log,
+                       exp, guard)
             return rec.write(out_dir, steps)
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
@@ -227,50 +228,14 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
             runner.push_weights()
             sup.resumed(state)
         sup.snapshot()
-        warned: set[str] = set()
-        crash = faults.hook("driver")      # tests: the driver dies after a step
-        guard.running()
-        last_good, aborted = start - 1, None
-        try:
-            for step in range(start, steps):
-                if guard.requested:
-                    break
-                while True:
-                    guard.enter_step()
-                    try:
-                        row = runner.run_step(step)
-                        break
-                    except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
-                        if preempt.is_abort(e):
-                            raise preempt.Abort() from e
-                        if not sup.is_fault(e):
-                            raise
-                        sup.recover(e, step, runner.round)
-                    finally:
-                        guard.leave_step()
-                row = sup.after_step(step, row)
-                last_good = step
-                tracker.log(row)
-                _warn(log, step, runner.last_moments, exp, warned)
-                bar.step(row)
-                if crash is not None:
-                    crash.tick()
-                    crash.maybe_exit()
-        except preempt.Abort:   # the step overran its share of the grace period
-            aborted = step
-        if guard.requested and (aborted is not None or last_good < steps - 1):
-            ck = sup.checkpoint_now(last_good, aborted)
-            rec.write(out_dir, last_good + 1)
-            how = (f"in step {aborted} (cut short {guard.grace_s / 2:g} s after the signal; "
-                   f"trainers back at step {last_good})" if aborted is not None
-                   else f"after step {last_good}")
-            fresh = ck is not None and int(ck.name.removeprefix("step-")) >= start
-            raise preempt.Preempted(guard.signame, how, ck,
-                                    guard.elapsed_s() if fresh else None, out_dir)
-        sup.finish(last_step=steps - 1)
+
+        attempt = _recovering(runner.run_step,
+                              lambda e, step: sup.recover(e, step, runner.round), sup, guard)
+        _drive(start, steps, attempt, lambda s: None, lambda s: runner.last_moments,
+               sup, tracker, bar, log, exp, guard)
         return rec.write(out_dir, steps)
     except (RunAborted, InputError):
-        rec.write(out_dir, step)     # keep what was measured up to the failure
+        rec.write(out_dir, step if sup is None else sup.next_step)   # what was measured so far
         raise
     finally:
         guard.running()   # a first signal from here on lets the clean-up finish
@@ -312,8 +277,8 @@ def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optio
                log: Callable[[str], None], exp, guard: "preempt.Guard") -> int:
     """The async step loop (async_runner.py): the generator runs ahead on its own thread;
     this thread trains, runs the supervisor's boundary and commits each version. An actor
-    fault stops the run (its last checkpoint resumes it exactly); a signal checkpoints the
-    last good step as in the synchronous loop. Returns the last step."""
+    fault is recovered as in the synchronous loop, the generator restarted from the failed
+    step; a signal checkpoints the last good step. Returns the last step."""
     engine_weights = None
     if ck_dir is not None:
         from safetensors.torch import load_file
@@ -323,42 +288,69 @@ def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optio
         sup.resumed(state or {})
     sup.snapshot()
     arun.start(start, steps, engine_weights)
-    warned: set[str] = set()
-    crash = faults.hook("driver")      # tests: the driver dies after a step
-    guard.running()
-    step, last_good, aborted = start, start - 1, None
-    try:
-        for step in range(start, steps):
-            if guard.requested:
-                break
+
+    def recover(e: BaseException, step: int) -> None:
+        arun.stop()
+        sup.recover(e, step, arun.runner(step).round, push=False)
+        arun.restart(step, steps)
+
+    attempt = _recovering(arun.train_step, recover, sup, guard)
+    return _drive(start, steps, attempt, arun.commit, lambda s: arun.runner(s).last_moments,
+                  sup, tracker, bar, log, exp, guard,
+                  before_exit=lambda: arun.stop(guard.grace_s / 4 if guard.requested else 600.0))
+
+
+def _recovering(run: Callable[[int], dict], recover: Callable[[BaseException, int], None],
+                sup: Supervisor, guard: "preempt.Guard") -> Callable[[int], dict]:
+    """`run(step)` inside the guard's step window, redone after `recover(error, step)` when
+    an actor died (anything else propagates; a cut-short step raises `preempt.Abort`)."""
+    def attempt(step: int) -> dict:
+        while True:
             guard.enter_step()
             try:
-                row = arun.train_step(step)
-            except Exception as e:   # noqa: BLE001 - actor deaths end an async run
+                return run(step)
+            except Exception as e:   # noqa: BLE001 - only actor deaths are recovered
                 if preempt.is_abort(e):
                     raise preempt.Abort() from e
                 if not sup.is_fault(e):
                     raise
-                arun.stop()
-                last = ckpt.complete(sup.out)
-                role = sup._role_of(e)
-                raise RunAborted(f"step {step}: a {role} actor died; async runs stop on an actor "
-                                 "fault" + (f"; resume from {last[-1][1].name}: yatt run --resume "
-                                 f"{sup.out}" if last else "; no checkpoint was saved")) from e
+                recover(e, step)
             finally:
                 guard.leave_step()
-            row = sup.after_step(step, row)
-            arun.commit(step)
+    return attempt
+
+
+def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Callable[[int], None],
+           moments: Callable[[int], Moments], sup: Supervisor, tracker: Tracker, bar: Progress,
+           log: Callable[[str], None], exp, guard: "preempt.Guard",
+           before_exit: Callable[[], None] = lambda: None) -> int:
+    """The step loop both schedules share: `attempt(step)` runs one step (recovering what it
+    can), the supervisor's boundary seals it, `commit(step)` follows, and the row is logged.
+    A signal stops it before the next step (or cuts the current one short, `preempt.Abort`);
+    the last good step is then checkpointed and `preempt.Preempted` raised. Returns the
+    last step."""
+    warned: set[str] = set()
+    crash = faults.hook("driver")      # tests: the driver dies after a step
+    guard.running()
+    step, last_good, aborted = start, start - 1, None
+    sup.next_step = start
+    try:
+        for step in range(start, steps):
+            if guard.requested:
+                break
+            row = sup.after_step(step, attempt(step))
+            sup.next_step = step + 1
+            commit(step)
             last_good = step
             tracker.log(row)
-            _warn(log, step, arun.runner(step).last_moments, exp, warned)
+            _warn(log, step, moments(step), exp, warned)
             bar.step(row)
             if crash is not None:
                 crash.tick()
                 crash.maybe_exit()
     except preempt.Abort:   # the step overran its share of the grace period
         aborted = step
-    arun.stop(guard.grace_s / 4 if guard.requested else 600.0)
+    before_exit()
     if guard.requested and (aborted is not None or last_good < steps - 1):
         ck = sup.checkpoint_now(last_good, aborted)
         sup.rec.write(sup.out, last_good + 1)

@@ -100,6 +100,8 @@ class Supervisor:
                  data_position: Optional[Callable[[int], dict]] = None):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, ctl, rec
         self.release, self.spec, self.out = release, spec, Path(out_dir)
+        self.next_step = 0   # the first step not yet sealed (runner._drive advances it)
+        self.ctls = [ctl]    # every controller group (async runs cycle through several)
         self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
         self.schedule = ckpt.Schedule(spec.every_steps, spec.every_minutes, spec.at_steps)
         self.counters = Counters()
@@ -341,7 +343,7 @@ class Supervisor:
     def _groups(self) -> dict[str, list]:
         return {"trainer": self.actors.trainers, "reference": self.actors.refs,
                 **{r.value: es for r, es in self.actors.engines.items()},
-                "controller": list(getattr(self.ctl, "remote", []))}
+                "controller": [c for g in self.ctls for c in getattr(g, "remote", [])]}
 
     def _role_of(self, e: BaseException) -> str:
         aid = getattr(e, "actor_id", None)
@@ -375,9 +377,11 @@ class Supervisor:
             self._dead = found
         return found is not None
 
-    def recover(self, e: BaseException, step: int, rnd: int = 0) -> None:
+    def recover(self, e: BaseException, step: int, rnd: int = 0, push: bool = True) -> None:
         """Bring every actor back to the state at the start of `step` (see module doc);
-        `rnd`: the dynamic-sampling round the step was in when the actor died."""
+        `rnd`: the dynamic-sampling round the step was in when the actor died. Unless
+        `push`, the engines are left for the caller to load (an async run gives them an
+        older version than the trainer's)."""
         import ray
 
         role, dead = self._role_of(e), getattr(e, "actor_id", None)
@@ -394,8 +398,9 @@ class Supervisor:
                              f"{self.spec.max_restarts} (last: {role} at step {step}: "
                              f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
-        wait_alive(list(getattr(self.ctl, "remote", [])))   # a dead controller: restarted by Ray
-        self.ctl.call(StepController.shutdown)            # drop the step's queues
+        for g in self.ctls:
+            wait_alive(list(getattr(g, "remote", [])))   # a dead controller: restarted by Ray
+            g.call(StepController.shutdown)              # drop the step's queues
         trainers = self.actors.trainers
         if role in ("trainer", "unknown"):
             # Peers of a dead rank wait in a collective forever: restart every rank.
@@ -420,7 +425,8 @@ class Supervisor:
         up = self._engines_up_at_step_start()
         get_all([x.acquire.remote() if up[r] else x.release.remote()
                  for r, es in self.actors.engines.items() for x in es])
-        self.push_weights()
+        if push:
+            self.push_weights()
         self.rec.drop_step(step)
         self.counters.faults.append({"step": step, "round": rnd, "role": role,
                                      "error": type(e).__name__,
@@ -428,7 +434,11 @@ class Supervisor:
         self.rec.extra["faults"] = self.counters.faults
 
     def _engines_up_at_step_start(self) -> dict[Role, bool]:
-        """Which engine roles hold their devices when a step begins (as after `_launch`)."""
-        partial = self.plan.mode is Mode.PARTIAL
+        """Which engine roles hold their devices when a step begins (as after `_launch`):
+        all in partial colocate, and in async unless the GenRM shares the rollout's devices."""
+        p = self.plan
+        partial = p.mode is Mode.PARTIAL or (
+            p.mode is Mode.ASYNC and Role.GENRM in self.actors.engines
+            and not set(p.placement(Role.GENRM).devices) & set(p.placement(Role.ROLLOUT).devices))
         return {r: (r is Role.ROLLOUT or partial or self.release[r] is ReleaseAction.KEEP)
                 for r in self.actors.engines}
