@@ -11,6 +11,7 @@ stays importable without the executor.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import statistics
@@ -348,46 +349,49 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     probe += mb.host_probe_parts(pts.host_probe_s)
-    for e in actors:   # after the in-process tables: these start (and stop) Ray sessions
-        tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
-        if tps or dps:
-            models[e.actor.name] = dataclasses.replace(
-                models[e.actor.name],
-                train_tp=_group_table(e, device, pts, tps, tick, seed, dp=False),
-                train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
-        if pts.ray:
-            models[e.actor.name] = dataclasses.replace(
-                models[e.actor.name], sync=_sync_table(e, exps, device, pts, tick, seed))
-    # the actors' weights through the object store (weight sync), and 4x that for a slope
-    sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
-    rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
-    rpc = round(rpc, 6)
-    streams = pts.ray and any(e.genrm is not None for e in exps)
-    handoff = (mbe.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
-                                pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
-    if pts.ray:   # each engine model's call overhead on the executor's actors
+    # after the in-process tables: the Ray benchmarks share one session (a session per
+    # benchmark would cost seconds each)
+    with mbr.local_ray() if pts.ray else contextlib.nullcontext():
         for e in actors:
-            models[e.actor.name] = _with_engine(models[e.actor.name], call=_points(
-                mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
-                                        pts.reps * 2, e.engine.max_num_seqs, seed=seed,
-                                        tick=tick)))
-        for e in genrms:
-            judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
-                                   e.workload.judge_max_tokens)
-            models[e.genrm.name] = _with_engine(models[e.genrm.name], call=_points(
-                mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
-                                        pts.reps * 2, e.engine.genrm_max_num_seqs,
-                                        judge=judge, seed=seed, tick=tick)))
-    load = round((load0 + os.getloadavg()[0]) / 2, 2)
-    c_load0 = os.getloadavg()[0]
-    cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
-                              pts.contention_rounds, tick, seed)
-    for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
-        ec = engine_contention(e, device, pts.busy_counts(exps, device), pts.contention_rounds,
-                               tick, seed)
-        if ec:
-            models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
-    c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
+            tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
+            if tps or dps:
+                models[e.actor.name] = dataclasses.replace(
+                    models[e.actor.name],
+                    train_tp=_group_table(e, device, pts, tps, tick, seed, dp=False),
+                    train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
+            if pts.ray:
+                models[e.actor.name] = dataclasses.replace(
+                    models[e.actor.name], sync=_sync_table(e, exps, device, pts, tick, seed))
+        # the actors' weights through the object store (weight sync), and 4x that for a slope
+        sizes = sorted({int(e.actor.params * e.actor.dtype_bytes * k) for e in actors for k in (1, 4)})
+        rpc, moved = mbr.ray_times(pts.rpc_reps, sizes, tick) if pts.ray else (0.0, ())
+        rpc = round(rpc, 6)
+        streams = pts.ray and any(e.genrm is not None for e in exps)
+        handoff = (mbe.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
+                                    pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
+        if pts.ray:   # each engine model's call overhead on the executor's actors
+            for e in actors:
+                models[e.actor.name] = _with_engine(models[e.actor.name], call=_points(
+                    mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
+                                            pts.reps * 2, e.engine.max_num_seqs, seed=seed,
+                                            tick=tick)))
+            for e in genrms:
+                judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
+                                       e.workload.judge_max_tokens)
+                models[e.genrm.name] = _with_engine(models[e.genrm.name], call=_points(
+                    mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
+                                            pts.reps * 2, e.engine.genrm_max_num_seqs,
+                                            judge=judge, seed=seed, tick=tick)))
+        load = round((load0 + os.getloadavg()[0]) / 2, 2)
+        c_load0 = os.getloadavg()[0]
+        cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
+                                  pts.contention_rounds, tick, seed)
+        for e in genrms:   # each GenRM's own engine contention (a larger model contends more)
+            ec = engine_contention(e, device, pts.busy_counts(exps, device), pts.contention_rounds,
+                                   tick, seed)
+            if ec:
+                models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
+        c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
     probe += mb.host_probe_parts(pts.host_probe_s)
     tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
                            contention=cont, contention_load_avg=c_load,
