@@ -45,6 +45,23 @@ def summarize(rows: list[dict]) -> dict:
                 sum(float(r["step_s"]) for r in rows) / len(rows), 3)}
 
 
+def _vs_synchronous(fr: float, to: float, steps: int) -> dict:
+    """The async rise against the synchronous default run's, as recorded in learning.json
+    (the target: at least half of it over the same steps). Read, not re-run: the accuracy
+    curve is a function of the seeds, not of the host's speed."""
+    ref_path = ROOT / "bench" / "results" / "learning.json"
+    ref = json.loads(ref_path.read_text())
+    if ref["steps"] != steps:
+        raise SystemExit(f"{ref_path.name} ran {ref['steps']} steps, this run {steps}: "
+                         "not comparable")
+    sync_rise = ref["accuracy_to_mean"] - ref["accuracy_from_mean"]
+    rise = to - fr
+    return {"reference": f"bench/results/{ref_path.name} ({ref['_meta']['date']}, {ref['plan']})",
+            "sync_rise": round(sync_rise, 4), "async_rise": round(rise, 4),
+            "rise_ratio": round(rise / sync_rise, 3) if sync_rise > 0 else None,
+            "target_ratio": 0.5, "met": sync_rise > 0 and rise >= 0.5 * sync_rise}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=50)
@@ -124,9 +141,13 @@ def main() -> int:
            "machine": "2 shared cores, CPU only, 1 thread per device"}
     res.update(lr=exp.algo.lr, kl_coef=exp.algo.kl_coef, lr_warmup_steps=exp.algo.lr_warmup_steps,
                temperature=exp.algo.temperature)
+    line = ""
+    if asynchronous:
+        res["vs_synchronous"] = line = _vs_synchronous(fr, to, a.steps)
     write_result(a.result, res)
     print(f"learning: accuracy {fr:.3f} -> {to:.3f} over seeds {a.seeds} "
-          f"({a.steps} steps, {a.reward} reward) -> {a.result}")
+          f"({a.steps} steps, {a.reward} reward) -> {a.result}"
+          + (f"; rise {line['rise_ratio']:.2f}x the synchronous run's" if line else ""))
     return 0
 
 
