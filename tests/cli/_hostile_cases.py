@@ -40,7 +40,9 @@ BAD = ROOT / "tests" / "data" / "bad"
 CONFIGS = ROOT / "configs"
 DEMO = CONFIGS / "demo-cpu.yaml"
 
-CPU_S = 10.0          # CPU seconds a hostile input may cost
+CPU_S = 20.0          # CPU seconds a hostile input may cost: `yatt run --resume` imports
+                      # torch, ray and megatron (8-10 s of CPU on a 2-core box) before it
+                      # refuses anything; a runaway input (a bomb, a loop) costs minutes
 RSS_MB = 1024         # peak resident memory it may cost
 AS_BYTES = 1 << 30    # the subprocess's address-space cap (RLIMIT_AS)
 WALL_S = 180          # a hang, on a busy machine

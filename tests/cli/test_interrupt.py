@@ -60,7 +60,10 @@ def _interrupt(tmp_path: Path, where: str, argv: list[str]) -> tuple[int, list[s
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     p = subprocess.Popen([sys.executable, str(hook), where, *argv], cwd=tmp_path, env=env,
                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                         start_new_session=True)
+                         start_new_session=True,
+                         # as from a terminal, even when pytest itself was started in the
+                         # background (which leaves SIGINT ignored, and children inherit it)
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines: "queue.Queue[str | None]" = queue.Queue()
     threading.Thread(target=lambda: ([lines.put(ln) for ln in p.stderr], lines.put(None)),
                      daemon=True).start()
