@@ -437,8 +437,6 @@ class Supervisor:
         """Which engine roles hold their devices when a step begins (as after `_launch`):
         all in partial colocate, and in async unless the GenRM shares the rollout's devices."""
         p = self.plan
-        partial = p.mode is Mode.PARTIAL or (
-            p.mode is Mode.ASYNC and Role.GENRM in self.actors.engines
-            and not set(p.placement(Role.GENRM).devices) & set(p.placement(Role.ROLLOUT).devices))
+        partial = p.mode is Mode.PARTIAL or (p.mode is Mode.ASYNC and not p.genrm_shares_rollout)
         return {r: (r is Role.ROLLOUT or partial or self.release[r] is ReleaseAction.KEEP)
                 for r in self.actors.engines}
