@@ -122,12 +122,9 @@ def engine_contention_times(spec: ModelSpec, hf_path: str, device: str, counts: 
     for each n in `counts` (1 included), one entry per round, the counts interleaved within a
     round (as `contention_times`, for one engine model: a larger model than the actor
     contends for the host's caches and memory bus more than the actor's engine does)."""
-    import os
-
     import ray
 
     counts = tuple(sorted({1} | {int(n) for n in counts}))
-    os.environ.setdefault("RAY_worker_niceness", "0")
     prepare(device)   # the engine actors inherit this environment (vLLM-CPU settings)
     with local_ray():
         cls = ray.remote(num_cpus=0)(EngineWorker)

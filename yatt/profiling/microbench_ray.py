@@ -28,6 +28,9 @@ def local_ray() -> Iterator[None]:
     import ray
 
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    # workers at the driver's priority, as the executor runs them (exec/env.py); the raylet
+    # reads this when the session starts, and every benchmark shares the session
+    os.environ.setdefault("RAY_worker_niceness", "0")
     tmp = os.environ.get("RAY_TMPDIR") or tempfile.mkdtemp(prefix="yatt-ray-")
     started = False
     try:
@@ -146,14 +149,11 @@ def contention_times(spec: ModelSpec, hf_path: str, device: str, counts: Sequenc
     executor does. Within a round each op runs at every count back to back, so the counts
     of one op are measured seconds apart (the host's speed drifts over longer spans; compare
     counts round by round)."""
-    import os
-
     import ray
 
     counts = tuple(sorted({int(n) for n in counts}))
     if not counts or counts[0] < 1:
         raise ValueError(f"counts must be >= 1, got {counts}")
-    os.environ.setdefault("RAY_worker_niceness", "0")  # the profile's own priority
     with local_ray():
         cls = ray.remote(num_cpus=0)(ContentionWorker)
         workers = [cls.remote(spec, hf_path, device, micro_batch_tokens, seed + i)
