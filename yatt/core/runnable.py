@@ -35,7 +35,7 @@ _INFERENCE = (Role.ROLLOUT, Role.GENRM, Role.REFERENCE)
 # Placement modes the executor walks.
 EXECUTED_MODES: tuple[Mode, ...] = (Mode.COLOCATE, Mode.PARTIAL, Mode.ASYNC)
 # Async staleness bounds the executor runs (its generator takes exactly version step - k).
-EXECUTED_STALENESS: tuple[int, ...] = (1,)
+EXECUTED_STALENESS: tuple[int, ...] = (1, 2)
 
 
 def executor_search(search: SearchSpec) -> SearchSpec:

@@ -35,7 +35,7 @@ from .job import Job, prepare_job
 from .rayutil import get_all
 from .recorder import Progress, Recorder
 from .rollout import EngineConfig
-from .async_runner import ENGINE_WEIGHTS, AsyncRunner, runners_needed
+from .async_runner import AsyncRunner, runners_needed
 from .schedules import Actors, StepRunner
 from .supervisor import RunAborted, Supervisor
 from .tracking import Tracker
@@ -281,10 +281,8 @@ def _run_async(arun: AsyncRunner, sup: Supervisor, actors: Actors, ck_dir: Optio
     step; a signal checkpoints the last good step. Returns the last step."""
     engine_weights = None
     if ck_dir is not None:
-        from safetensors.torch import load_file
-
         get_all([w.load_checkpoint.remote(str(ck_dir / ckpt.TRAINER)) for w in actors.trainers])
-        engine_weights = load_file(str(ck_dir / ENGINE_WEIGHTS))
+        engine_weights = arun.load_engine_weights(ck_dir, start)
         sup.resumed(state or {})
     sup.snapshot()
     arun.start(start, steps, engine_weights)
