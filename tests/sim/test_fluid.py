@@ -21,6 +21,7 @@ from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.space import partial_splits
 from yatt.sim import make_plan, simulate, summarize
 from yatt.sim.fluid import FluidModel, _FluidStep
+from yatt.sim.fluid_engines import _batch_fit, _batch_loop, batch_times
 
 
 def _bench_like(gpus: int, ds: bool, per_gpu: int) -> Experiment:
@@ -96,8 +97,8 @@ def test_vectorised_batch_equals_the_batching_loop(reqs, t0):
                             rank=np.argsort(np.lexsort((np.arange(n), [b for _, b in reqs]))),
                             pf=np.linspace(0.01, 0.02, n), pj=np.linspace(0.01, 0.02, n), engines=1)
     items = np.arange(n)
-    fit = step._batch_fit(r, items, np.zeros(n, np.int64), np.array([n]), t0)
-    loop = step._batch_loop(r, items, t0)
+    fit = _batch_fit(r, items, np.zeros(n, np.int64), np.array([n]), t0)
+    loop = _batch_loop(r, items, t0)
     assert np.allclose(fit, loop, rtol=1e-9, atol=1e-9)
 
 
@@ -129,8 +130,8 @@ def test_engines_that_fit_are_priced_alike_next_to_engines_that_do_not():
     step = _FluidStep(fm, plan, fm.pool(w, 0))
     r = dataclasses.replace(step._role(Role.ROLLOUT, 1), engines=4, max_seqs=2)
     items = np.arange(9)                        # dealt 3, 2, 2, 2: engine 0 loops
-    both = step._batch(r, items, 0.0)
+    both = batch_times(r, items, 0.0)
     for e in range(4):
         mine = items[items % 4 == e]
-        alone = step._batch_loop(r, mine, 0.0)
+        alone = _batch_loop(r, mine, 0.0)
         assert np.allclose(both[mine], alone, rtol=1e-9), e

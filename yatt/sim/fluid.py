@@ -38,7 +38,8 @@ from yatt.core import (CostModel, Mode, Phase, Plan, RewardSource, Role, SpanRec
 from yatt.core.schedule import step_schedule
 
 from .contention import engine_cost
-from .fluid_engines import EngineRole, JudgeStream, StepTable
+from .fluid_engines import (EngineRole, JudgeStream, StepTable, batch_times, busy_spans,
+                            least_loaded)
 from .pool import StepPool, sample_records, step_pool
 from .handoffs import switch, weight_sync
 from .trainer import Split, rank_phase, train_epochs
@@ -166,110 +167,11 @@ class _FluidStep:
                                         inp.astype(np.int64), steps, pf, pj, call, table, rank)
         return r
 
-    def _batch(self, r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
-        """Completion times of `items` handed to idle engines at t0 in one call each
-        (round robin from engine 0, as `Router.submit_all` deals them)."""
-        n = len(items)
-        done = np.empty(n)
-        if n == 0:
-            return done
-        eng = np.arange(n) % r.engines
-        counts = np.bincount(eng, minlength=r.engines)
-        need = np.bincount(eng, weights=r.inp[items] + r.out[items], minlength=r.engines)
-        loop = (counts > r.max_seqs) | ((need > r.kv) & (counts > 1))
-        fits = ~loop[eng]
-        if fits.any():
-            done[fits] = self._batch_fit(r, items[fits], eng[fits], counts, t0)
-        for e in np.flatnonzero(loop):
-            mine = np.flatnonzero(eng == e)
-            done[mine] = self._batch_loop(r, items[mine], t0)
-        return done
-
     def _busy_spans(self, role: Role, eng: np.ndarray, start: np.ndarray, end: np.ndarray,
                     label: str) -> None:
-        """One span per engine: from its first request's start to its last one's end."""
-        if not self.tracing or not len(eng):
-            return
-        phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
-        groups = self.plan.placement(role).groups()
-        E = len(groups)
-        lo = np.full(E, np.inf)
-        hi = np.full(E, -np.inf)
-        np.minimum.at(lo, eng, start)
-        np.maximum.at(hi, eng, end)
-        for e in np.flatnonzero(hi > lo).tolist():
-            self.spans.append(SpanRecord(step=0, role=role, phase=phase, devices=tuple(groups[e]),
-                                         start_s=float(lo[e]), end_s=float(hi[e]),
-                                         name=f"{role.value}[{e}] {label}".rstrip()))
-
-    def _batch_fit(self, r: EngineRole, items: np.ndarray, eng: np.ndarray, counts: np.ndarray,
-                   t0: float) -> np.ndarray:
-        """Engines whose whole batch is admitted at once: one decode interval per distinct
-        finish step, vectorised over every engine."""
-        f, inp = r.out[items], r.inp[items]
-        counts = np.bincount(eng, minlength=len(counts))     # these engines' requests only
-        # by engine, then finish step, then index: the items in (finish step, index) order,
-        # then a stable sort by engine (a radix sort for 16-bit engine numbers)
-        by_rank = np.argsort(r.rank[items])                      # distinct ranks: no ties
-        kind = np.int16 if len(counts) < 2 ** 15 else np.int64
-        order = by_rank[np.argsort(eng[by_rank].astype(kind), kind="stable")]
-        e_s, f_s, in_s = eng[order], f[order], inp[order]
-        n = len(items)
-        idx = np.arange(n)
-        start = np.zeros(len(counts), np.int64)
-        np.cumsum(counts[:-1], out=start[1:])
-        new = np.ones(n, bool)
-        new[1:] = (e_s[1:] != e_s[:-1]) | (f_s[1:] != f_s[:-1])
-        first = np.maximum.accumulate(np.where(new, idx, 0))
-        seg0 = start[e_s]
-        left = counts[e_s] - (first - seg0)                    # batch of this interval
-        has_prev = first > seg0
-        prev_f = np.where(has_prev, f_s[np.maximum(first - 1, 0)], 0)
-        steps = f_s - prev_f
-        csum = np.cumsum(in_s)
-        done_in = np.where(has_prev, csum[np.maximum(first - 1, 0)] - (csum[seg0] - in_s[seg0]), 0)
-        total_in = np.bincount(e_s, weights=in_s, minlength=len(counts))[e_s]
-        ctx = (total_in - done_in) / left + prev_f + (steps - 1) / 2.0
-        dt = np.where(new, r.table.time(left, ctx) * steps, 0.0)
-        cum = np.cumsum(dt)
-        cum -= (cum[seg0] - dt[seg0])                          # per engine from its start
-        owed = np.bincount(eng, weights=r.pf[items], minlength=len(counts))
-        calls = np.array([r.call(int(c)) if c else 0.0 for c in counts])
-        out = np.empty(n)
-        out[order] = t0 + (owed + calls)[e_s] + cum
-        return out
-
-    def _batch_loop(self, r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
-        """One engine's continuous batching when its requests do not all fit at once."""
-        t = t0 + r.call(len(items))
-        waiting = list(items.tolist())[::-1]
-        heap: list[tuple[int, int, int]] = []
-        S = base = kv = 0
-        done: dict[int, float] = {}
-        while waiting or heap:
-            debt = 0.0
-            pfs = r.pj if heap else r.pf
-            while waiting and len(heap) < r.max_seqs:
-                i = waiting[-1]
-                need = int(r.inp[i] + r.out[i])
-                if heap and kv + need > r.kv:
-                    break
-                waiting.pop()
-                kv += need
-                base += int(r.inp[i]) - S
-                heappush(heap, (S + int(r.out[i]), i, int(r.inp[i]) - S))
-                debt += pfs[i]
-            B = len(heap)
-            steps = heap[0][0] - S
-            ctx = (base + B * S) / B + (steps - 1) / 2.0
-            t += debt + float(r.table.time(np.array([B]), np.array([ctx]))[0]) * steps
-            S += steps
-            while heap and heap[0][0] == S:
-                _, i, off = heappop(heap)
-                base -= off
-                kv -= int(r.inp[i] + r.out[i])
-                done[i] = t
-        return np.array([done[i] for i in items.tolist()])
+        if self.tracing and len(eng):
+            self.spans += busy_spans(role, self.plan.placement(role).groups(), eng, start, end,
+                                     label)
 
     def _members(self, groups: np.ndarray) -> np.ndarray:
         p = self.pool
@@ -311,7 +213,7 @@ class _FluidStep:
                                                                      or gr is not None):
                     role = Role.ROLLOUT if stage.phase is Phase.ROLLOUT else Role.GENRM
                     eng_r = ro if role is Role.ROLLOUT else gr
-                    done = self._batch(eng_r, items, now)
+                    done = batch_times(eng_r, items, now)
                     (self.rollout_end if role is Role.ROLLOUT else self.genrm_end)[items] = done
                     self._busy_spans(role, np.arange(len(items)) % eng_r.engines,
                                      np.full(len(items), now), done, f"r{r}")
@@ -335,9 +237,9 @@ class _FluidStep:
         items = self._members(pool.round_groups(0))
         # rollout completion times on the rollout's own clock: it stops while the GenRM
         # queue holds it back (`JudgeStream` maps it to wall time)
-        tau = self._batch(ro, items, 0.0)
+        tau = batch_times(ro, items, 0.0)
         began = np.zeros(len(items))
-        grid, least = self._least_loaded(tau, ro.engines)
+        grid, least = least_loaded(tau, ro.engines)
         t_elig = 0.0
         stream = None
         judged = np.full(len(items), np.nan)
@@ -449,18 +351,6 @@ class _FluidStep:
         return np.where(target <= steps[-1], np.interp(target, steps, grid),
                         grid[-1] + (target - steps[-1]) * s1)
 
-    @staticmethod
-    def _least_loaded(done: np.ndarray, engines: int) -> tuple[np.ndarray, np.ndarray]:
-        """Requests the least-loaded rollout engine still runs, over time, after a batch
-        dealt round robin (`done`: completion time per request, in dealing order)."""
-        eng = np.arange(len(done)) % engines
-        grid = np.linspace(0.0, float(done.max()) if len(done) else 1.0, 256)
-        at = np.minimum(np.searchsorted(grid, done, side="left"), len(grid) - 1)
-        per = np.bincount(eng * len(grid) + at, minlength=engines * len(grid))
-        per = per.reshape(engines, len(grid))
-        left = np.bincount(eng, minlength=engines)[:, None] - np.cumsum(per, axis=1)
-        return grid, left.min(axis=0)
-
     # ---- finish ------------------------------------------------------------------------
     def _finish(self, now: float) -> float:
         plan, cost = self.plan, self.cost
@@ -517,7 +407,6 @@ class _FluidStep:
     def as_trace(self, st: FluidStep, seed: int, with_samples: bool = True) -> Trace:
         from yatt.core import TraceMeta, TraceSource
         from yatt.core.version import yatt_version
-
 
         pool, plan = self.pool, self.plan
         n = pool.n

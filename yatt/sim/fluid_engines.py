@@ -1,5 +1,6 @@
 """The fluid model's engine pieces: a decode step table interpolated over batch and
-context, a generating role's per-sample costs, and streamed judging in the mean field.
+context, a generating role's per-sample costs, batch dispatch (completion times of requests
+handed to idle engines at once), and streamed judging in the mean field.
 
 Why apart from `fluid`: these are the vectorised cost arithmetic of engines; `fluid`
 composes them into a step (dispatch order, dynamic sampling, the finish phases, a trace).
@@ -7,10 +8,11 @@ composes them into a step (dispatch order, dynamic sampling, the finish phases, 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 import numpy as np
 
-from yatt.core import CostModel
+from yatt.core import CostModel, Phase, Role, SpanRecord
 
 CTX_POINTS = 48     # per-sequence contexts in a step table
 GRID = 1000         # time points of the streamed-judging integration
@@ -166,3 +168,120 @@ class JudgeStream:
     def rollout_clock(self, t: np.ndarray) -> np.ndarray:
         """The rollout's own clock at wall time `t`."""
         return np.interp(t, self.T, self.TAU)
+
+
+def batch_times(r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
+    """Completion times of `items` handed to idle engines at t0 in one call each
+    (round robin from engine 0, as `Router.submit_all` deals them)."""
+    n = len(items)
+    done = np.empty(n)
+    if n == 0:
+        return done
+    eng = np.arange(n) % r.engines
+    counts = np.bincount(eng, minlength=r.engines)
+    need = np.bincount(eng, weights=r.inp[items] + r.out[items], minlength=r.engines)
+    loop = (counts > r.max_seqs) | ((need > r.kv) & (counts > 1))
+    fits = ~loop[eng]
+    if fits.any():
+        done[fits] = _batch_fit(r, items[fits], eng[fits], counts, t0)
+    for e in np.flatnonzero(loop):
+        mine = np.flatnonzero(eng == e)
+        done[mine] = _batch_loop(r, items[mine], t0)
+    return done
+
+
+def _batch_fit(r: EngineRole, items: np.ndarray, eng: np.ndarray, counts: np.ndarray,
+               t0: float) -> np.ndarray:
+    """Engines whose whole batch is admitted at once: one decode interval per distinct
+    finish step, vectorised over every engine."""
+    f, inp = r.out[items], r.inp[items]
+    counts = np.bincount(eng, minlength=len(counts))     # these engines' requests only
+    # by engine, then finish step, then index: the items in (finish step, index) order,
+    # then a stable sort by engine (a radix sort for 16-bit engine numbers)
+    by_rank = np.argsort(r.rank[items])                      # distinct ranks: no ties
+    kind = np.int16 if len(counts) < 2 ** 15 else np.int64
+    order = by_rank[np.argsort(eng[by_rank].astype(kind), kind="stable")]
+    e_s, f_s, in_s = eng[order], f[order], inp[order]
+    n = len(items)
+    idx = np.arange(n)
+    start = np.zeros(len(counts), np.int64)
+    np.cumsum(counts[:-1], out=start[1:])
+    new = np.ones(n, bool)
+    new[1:] = (e_s[1:] != e_s[:-1]) | (f_s[1:] != f_s[:-1])
+    first = np.maximum.accumulate(np.where(new, idx, 0))
+    seg0 = start[e_s]
+    left = counts[e_s] - (first - seg0)                    # batch of this interval
+    has_prev = first > seg0
+    prev_f = np.where(has_prev, f_s[np.maximum(first - 1, 0)], 0)
+    steps = f_s - prev_f
+    csum = np.cumsum(in_s)
+    done_in = np.where(has_prev, csum[np.maximum(first - 1, 0)] - (csum[seg0] - in_s[seg0]), 0)
+    total_in = np.bincount(e_s, weights=in_s, minlength=len(counts))[e_s]
+    ctx = (total_in - done_in) / left + prev_f + (steps - 1) / 2.0
+    dt = np.where(new, r.table.time(left, ctx) * steps, 0.0)
+    cum = np.cumsum(dt)
+    cum -= (cum[seg0] - dt[seg0])                          # per engine from its start
+    owed = np.bincount(eng, weights=r.pf[items], minlength=len(counts))
+    calls = np.array([r.call(int(c)) if c else 0.0 for c in counts])
+    out = np.empty(n)
+    out[order] = t0 + (owed + calls)[e_s] + cum
+    return out
+
+def _batch_loop(r: EngineRole, items: np.ndarray, t0: float) -> np.ndarray:
+    """One engine's continuous batching when its requests do not all fit at once."""
+    t = t0 + r.call(len(items))
+    waiting = list(items.tolist())[::-1]
+    heap: list[tuple[int, int, int]] = []
+    S = base = kv = 0
+    done: dict[int, float] = {}
+    while waiting or heap:
+        debt = 0.0
+        pfs = r.pj if heap else r.pf
+        while waiting and len(heap) < r.max_seqs:
+            i = waiting[-1]
+            need = int(r.inp[i] + r.out[i])
+            if heap and kv + need > r.kv:
+                break
+            waiting.pop()
+            kv += need
+            base += int(r.inp[i]) - S
+            heappush(heap, (S + int(r.out[i]), i, int(r.inp[i]) - S))
+            debt += pfs[i]
+        B = len(heap)
+        steps = heap[0][0] - S
+        ctx = (base + B * S) / B + (steps - 1) / 2.0
+        t += debt + float(r.table.time(np.array([B]), np.array([ctx]))[0]) * steps
+        S += steps
+        while heap and heap[0][0] == S:
+            _, i, off = heappop(heap)
+            base -= off
+            kv -= int(r.inp[i] + r.out[i])
+            done[i] = t
+    return np.array([done[i] for i in items.tolist()])
+
+
+def least_loaded(done: np.ndarray, engines: int) -> tuple[np.ndarray, np.ndarray]:
+    """Requests the least-loaded rollout engine still runs, over time, after a batch
+    dealt round robin (`done`: completion time per request, in dealing order)."""
+    eng = np.arange(len(done)) % engines
+    grid = np.linspace(0.0, float(done.max()) if len(done) else 1.0, 256)
+    at = np.minimum(np.searchsorted(grid, done, side="left"), len(grid) - 1)
+    per = np.bincount(eng * len(grid) + at, minlength=engines * len(grid))
+    per = per.reshape(engines, len(grid))
+    left = np.bincount(eng, minlength=engines)[:, None] - np.cumsum(per, axis=1)
+    return grid, left.min(axis=0)
+
+
+def busy_spans(role: Role, groups: list, eng: np.ndarray, start: np.ndarray,
+               end: np.ndarray, label: str) -> list[SpanRecord]:
+    """One span per engine of `groups`: from its first request's start to its last one's end."""
+    phase = Phase.ROLLOUT if role is Role.ROLLOUT else Phase.GENRM
+    E = len(groups)
+    lo = np.full(E, np.inf)
+    hi = np.full(E, -np.inf)
+    np.minimum.at(lo, eng, start)
+    np.maximum.at(hi, eng, end)
+    return [SpanRecord(step=0, role=role, phase=phase, devices=tuple(groups[e]),
+                       start_s=float(lo[e]), end_s=float(hi[e]),
+                       name=f"{role.value}[{e}] {label}".rstrip())
+            for e in np.flatnonzero(hi > lo).tolist()]
