@@ -6,11 +6,12 @@ same with a synchronous write. The trainer is DP=2 on the 2 CPU "devices", model
 optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
 
   stall_s      seconds the step loop waits per checkpoint (`ckpt_stall_s` in metrics.csv:
-               the trainers finalising the previous write, state.json and trace handed to
-               the driver's I/O thread, the save call sent; the trainers plan and hand off
-               the write while the next step runs, and the manifest + rename run on the I/O
-               thread), median over checkpointed steps >= 2 (step 0 pays one-off process
-               warm-up, step 1 the first write's set-up)
+               the previous save call's result collected, state.json and trace handed to
+               the driver's I/O thread, the save call sent; in that call the trainers
+               finalise the previous write, then plan and hand off this one while the next
+               step runs, and the manifest + rename run on the I/O thread), median over
+               checkpointed steps >= 2 (step 0 pays one-off process warm-up, step 1 the
+               first write's set-up)
   step_s       median step time (steps >= 2) of the run WITHOUT checkpoints
   stall_ratio  stall_s / step_s, for a checkpoint after EVERY step (the worst case;
                the default is every 10 steps or 30 minutes, i.e. a tenth of it)
@@ -23,7 +24,7 @@ optimizer state (Adam) + RNG + counters, plus state.json and the trace so far.
   overhead_s   median `overhead_s` of the run without checkpoints: step time in which no
                traced phase ran (orchestration between phases); overhead_frac of step_s
 
-Workloads: configs/demo-learn.yaml (128 samples/step, ~0.6 s steps: the worst case for a
+Workloads: configs/demo-learn.yaml (128 samples/step, 0.3-1 s steps by host: the worst case for a
 fixed per-checkpoint cost; the top-level numbers) and, under "also", configs/fidelity/wide.yaml
 (longer steps), colocate, engines resident. Writes bench/results/checkpoint.json.
 Usage: .venv/bin/python bench/checkpoint.py [--steps 8] [--config C] [--also C2|'']

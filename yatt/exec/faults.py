@@ -18,7 +18,8 @@ Syntax: comma-separated `ROLE.EVENT@N` (fire on the N-th call, 1-based) or `ROLE
                 trainer: `train_step`, after the backward pass, so the other ranks are
                 left inside a collective; reference: `logprobs`; controller: `rollout`
                 or `rollout_and_judge`, after the engines answered);
-                driver: right after the N-th step completed, as a crash would);
+                driver: right after the N-th step completed, as a crash would, once
+                the driver's checkpoint I/O thread is idle);
                 fires in the role's first actor only (index 0), once per run: a marker
                 file in `YATT_FAULT_DIR` (default: the system temp dir) keeps the
                 restarted actor from dying again

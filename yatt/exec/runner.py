@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -337,7 +338,6 @@ def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Calla
             if guard.requested:
                 break
             row = sup.after_step(step, attempt(step))
-            sup.next_step = step + 1
             commit(step)
             last_good = step
             tracker.log(row)
@@ -345,7 +345,9 @@ def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Calla
             bar.step(row)
             if crash is not None:
                 crash.tick()
-                crash.maybe_exit()
+                if crash.fires("exit"):
+                    sup.wait_io()   # the sealed checkpoints at the crash are then known
+                    os._exit(1)
     except preempt.Abort:   # the step overran its share of the grace period
         aborted = step
     before_exit()

@@ -41,7 +41,7 @@ from yatt.core.specs import CheckpointSpec
 from . import checkpoint as ckpt
 from . import faults
 from .controller import StepController
-from .rayutil import get_all
+from .rayutil import get_all, is_actor_fault, wait_alive
 from .worker_errors import describe
 
 
@@ -54,34 +54,11 @@ class RunAborted(RuntimeError):
     """The run cannot continue (e.g. repeated non-finite steps, restarts exhausted)."""
 
 
-def wait_alive(handles: list, fresh: bool = False, timeout_s: float = 600.0) -> None:
-    """Block until every actor answers `ping` (Ray restarts a dead one in the background;
-    calls to it fail with ActorUnavailableError meanwhile). `fresh`: until each answers from
-    a new incarnation (trainers: no Megatron state yet), i.e. after its kill took effect."""
-    import ray
-    from ray.exceptions import RayActorError
-
-    deadline = time.monotonic() + timeout_s
-    todo = list(handles)
-    while todo:
-        left = []
-        for h in todo:
-            try:
-                blank = ray.get(h.ping.remote(), timeout=60)
-                if fresh and not blank:
-                    left.append(h)
-            except (RayActorError, ray.exceptions.GetTimeoutError):
-                left.append(h)
-        if left and time.monotonic() > deadline:
-            raise RunAborted(f"{len(left)} actor(s) did not come back within {timeout_s:.0f} s")
-        todo = left
-        if todo:
-            time.sleep(0.2)
-
-
-def is_actor_fault(e: BaseException) -> bool:
-    from ray.exceptions import RayActorError
-    return isinstance(e, RayActorError)
+def _alive(handles: list, fresh: bool = False) -> None:
+    try:
+        wait_alive(handles, fresh)
+    except TimeoutError as e:
+        raise RunAborted(str(e)) from None
 
 
 @dataclass
@@ -100,7 +77,7 @@ class Supervisor:
                  data_position: Optional[Callable[[int], dict]] = None):
         self.plan, self.actors, self.ctl, self.rec = plan, actors, ctl, rec
         self.release, self.spec, self.out = release, spec, Path(out_dir)
-        self.next_step = 0   # the first step not yet sealed (runner._drive advances it)
+        self.next_step = 0   # the first step not yet done (after_step advances it)
         self.ctls = [ctl]    # every controller group (async runs cycle through several)
         self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
         self.schedule = ckpt.Schedule(spec.every_steps, spec.every_minutes, spec.at_steps)
@@ -170,6 +147,7 @@ class Supervisor:
         self.boundary(step)
         row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks,
                    ckpt_stall_s=round(time.perf_counter() - t, 4))
+        self.next_step = step + 1
         return row
 
     # ---- checkpoints -----------------------------------------------------------------
@@ -220,10 +198,11 @@ class Supervisor:
         self.pending[tdir] = step
         self.last_saved = step
         self.schedule.saved()
-        # Not awaited: each trainer plans and hands off the write while the driver starts the
-        # next step (an actor runs its calls one at a time, in order, so the save sees the
-        # state after `step` and the next step's training waits for it). `_collect` picks up
-        # the result at the next boundary.
+        # Not awaited: each trainer finalises the previous write, then plans and hands off
+        # this one while the driver starts the next step (an actor runs its calls one at a
+        # time, in order, so the save sees the state after `step` and the next step's
+        # training waits for it). `_collect` picks up the result at the next boundary and
+        # seals what was finalised.
         self._saving = [w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers]
         if not async_save:
             self._collect()
@@ -232,19 +211,38 @@ class Supervisor:
     def boundary(self, step: int) -> None:
         """The checkpoint work between two steps: surface the previous boundary's results,
         seal what the trainers finalised, and start a save if one is due. At most one write
-        is in flight: a due save first finalises the previous one (blocking)."""
+        is in flight: a due save's call first finalises the previous one on the trainers, so
+        with a checkpoint every step, checkpoint s is sealed at boundary s + 2."""
         self._drain()      # I/O of earlier boundaries: it had a whole step to finish
         self._collect()    # the previous save's hand-off (done before this step trained)
         due = self.schedule.due(step)
-        if self.pending:
-            self.poll(blocking=due)
         if due:
-            self.save(step)
+            self.save(step)      # the trainers finalise the previous write first
+        elif self.pending:
+            self.poll(blocking=False)
 
     def _collect(self) -> None:
-        """Wait for the trainers' last `save_checkpoint` calls; re-raise their error."""
+        """Wait for the trainers' last `save_checkpoint` calls (re-raise their error) and seal
+        the writes they finalised."""
         calls, self._saving = self._saving, []
-        get_all(calls)
+        outs = get_all(calls)
+        for tdir in outs[0] if outs else []:
+            self._seal(tdir)
+
+    def _collect_finished(self) -> None:
+        """`_collect` when every save call has returned; else forget the calls (their ranks
+        died with them)."""
+        import ray
+        if not self._saving:
+            return
+        done, _ = ray.wait(self._saving, num_returns=len(self._saving), timeout=0)
+        if len(done) == len(self._saving):
+            try:
+                self._collect()
+                return
+            except Exception:   # noqa: BLE001 - a rank died inside its save call
+                pass
+        self._saving = []
 
     def _background(self, fn: Callable[[], None]) -> None:
         """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
@@ -258,16 +256,19 @@ class Supervisor:
         """Wait for the background checkpoint I/O; re-raise its first error. A checkpoint
         that could not be written is one line: a warning, or the run stops when
         `checkpoint.required` (after the trainers finished with it, its files removed)."""
-        self._wait_io()
+        self.wait_io()
         new = sorted(set(self.failed) - self._told)
         if not new:
             return
         self._told.update(new)
         self.rec.extra["checkpoint_failures"] = [
             {"step": s, "error": w} for s, w in sorted(self.failed.items())]
+        # seal what the trainers finalised so far: the line names the newest valid one
         if self.spec.required:
             self.poll(blocking=True)
-            self._wait_io()
+        else:
+            self._collect()
+        self.wait_io()
         done = ckpt.complete(self.out)
         newest = done[-1][1].name if done else "none"
         for step in new:
@@ -277,7 +278,8 @@ class Supervisor:
                 raise RunAborted(f"stopping: {what} (checkpoint.required: true)")
             self.log(f"warning: {what}; the run goes on (checkpoint.required: false)")
 
-    def _wait_io(self) -> None:
+    def wait_io(self) -> None:
+        """Wait for the driver's checkpoint I/O thread to finish what it was given."""
         jobs, self._io_jobs = self._io_jobs, []
         for j in jobs:
             j.result()
@@ -399,7 +401,7 @@ class Supervisor:
                              f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
         for g in self.ctls:
-            wait_alive(list(getattr(g, "remote", [])))   # a dead controller: restarted by Ray
+            _alive(list(getattr(g, "remote", [])))   # a dead controller: restarted by Ray
             g.call(StepController.shutdown)              # drop the step's queues
         trainers = self.actors.trainers
         if role in ("trainer", "unknown"):
@@ -409,12 +411,13 @@ class Supervisor:
                     ray.kill(w, no_restart=False)
         engines = [x for es in self.actors.engines.values() for x in es]
         restart_all = role in ("trainer", "unknown")
-        wait_alive(engines + self.actors.refs)
-        wait_alive(trainers, fresh=restart_all)
+        _alive(engines + self.actors.refs)
+        _alive(trainers, fresh=restart_all)
         if restart_all:
-            # The old ranks' save calls died with them and their writer queues are gone:
-            # a checkpoint they had not finalised is never sealed (prune removes it later).
-            self._saving = []
+            # The old ranks' writer queues are gone: a checkpoint they had not finalised is
+            # never sealed (prune removes it later). A save call that returned before the
+            # rank died still reports what it finalised.
+            self._collect_finished()
             self.pending.clear()
             addr, port = ray.get(trainers[0].address.remote())
             get_all([w.setup.remote(addr, port) for w in trainers])

@@ -102,8 +102,14 @@ class TrainerWorker:
         self._staged, self._old = [], None
         self.trainer.restore(snap)
 
-    def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> float:
-        return self.trainer.save_checkpoint(ckpt_dir, async_save=async_save)
+    def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> list[str]:
+        """Finalise the earlier asynchronous writes (collective; the previous one had a whole
+        step to finish), then start this one. Returns the finalised directories, oldest first:
+        the driver sends this call without waiting, so the finalisation runs while the next
+        step's rollout does, not between steps."""
+        done = self.trainer.poll_checkpoints(blocking=True)
+        self.trainer.save_checkpoint(ckpt_dir, async_save=async_save)
+        return done
 
     def poll_checkpoints(self, blocking: bool) -> list[str]:
         return self.trainer.poll_checkpoints(blocking)
