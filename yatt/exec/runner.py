@@ -240,28 +240,30 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
         raise
     finally:
         guard.running()   # a first signal from here on lets the clean-up finish
-        bar.close()
-        tracker.close()
-        if arun is not None:
-            arun.stop()
-        for g in groups:
-            g.shutdown()
-        if actors is not None:
-            for w in actors.trainers:
-                try:
-                    ray.get(w.shutdown.remote(), timeout=30)
-                except Exception:
-                    pass
-            for h in [*actors.trainers, *actors.refs,
-                      *[e for es in actors.engines.values() for e in es]]:
-                ray.kill(h)
-        if placement is not None:
-            placement.remove()
-        if started:
-            stop_ray()
-        elif not joined:
-            localray.stop()   # a start-up cut short after the cluster came up
-        guard.restore()
+        try:
+            bar.close()
+            tracker.close()
+            if arun is not None:
+                arun.stop()
+            for g in groups:
+                g.shutdown()
+            if actors is not None:
+                for w in actors.trainers:
+                    try:
+                        ray.get(w.shutdown.remote(), timeout=30)
+                    except Exception:
+                        pass
+                for h in [*actors.trainers, *actors.refs,
+                          *[e for es in actors.engines.values() for e in es]]:
+                    ray.kill(h)
+            if placement is not None:
+                placement.remove()
+            if started:
+                stop_ray()
+            elif not joined:
+                localray.stop()   # a start-up cut short after the cluster came up
+        finally:
+            guard.restore()   # the process's own handlers, even if the clean-up fails
 
 
 def _newest(out_dir: Path) -> Optional[str]:

@@ -21,7 +21,7 @@ from yatt.sim.metrics import summarize
 
 from .candidate import Candidate, Key, Progress, SeedRun
 from .refine import SplitRefinement, refine_split
-from .simjobs import Evaluator, simulate_many
+from .simjobs import Evaluator, simulate_many, worker_signals
 from .space import Space, partial_splits
 
 SLICE_GPUS = 64  # search clusters above 2x this on a 1/s slice (see `search`)
@@ -175,7 +175,7 @@ class FullSize:
             return lambda: _fluid_work(self, jobs)
         global _ASIDE
         _ASIDE = (self, jobs)   # the forked worker inherits it: nothing large is pickled
-        pool = mp.get_context("fork").Pool(1)
+        pool = mp.get_context("fork").Pool(1, initializer=worker_signals)
         _ASIDE = None
         res = pool.map_async(_fluid_steps, [0])
 

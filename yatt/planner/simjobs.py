@@ -88,10 +88,14 @@ def _one(job: Job) -> tuple[SeedRun, Optional[Trace]]:
     return SeedRun.of(trace, summarize(trace)), (trace if seed == 0 else None)
 
 
-def _ignore_sigint() -> None:
-    """Pool workers leave Ctrl-C to the parent: it stops the pool and exits with one line
-    (a worker that also took the signal would print its own traceback)."""
+def worker_signals() -> None:
+    """A forked pool worker's signals. Ctrl-C is left to the parent: it stops the pool and
+    exits with one line (a worker that also took the signal would print its own traceback).
+    SIGTERM ends the worker: the pool stops its workers with it, and a Python handler
+    inherited from the parent (a driver's, which only notes the signal) would leave the
+    worker alive and the pool's join waiting forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _run_jobs(jobs: list[Job], progress: Optional[Progress],
@@ -105,7 +109,7 @@ def _run_jobs(jobs: list[Job], progress: Optional[Progress],
     workers = min(len(jobs), os.cpu_count() or 1, 8)
     results: list[tuple[SeedRun, Optional[Trace]]] = []
     if workers > 1 and "fork" in mp.get_all_start_methods():
-        with mp.get_context("fork").Pool(workers, initializer=_ignore_sigint) as pool:
+        with mp.get_context("fork").Pool(workers, initializer=worker_signals) as pool:
             for r in pool.imap(_one, jobs):
                 results.append(r)
                 if progress:
