@@ -181,7 +181,6 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     # step once the loop runs (preempt.py)
     guard = preempt.Guard(plan.experiment.checkpoint.preempt_grace_s, out_dir,
                           lambda: _newest(out_dir))
-    guard.install()
     started = False
     joined = ray.is_initialized()   # a session the caller owns (tests, benchmarks): left as is
     placement = actors = arun = sup = None
@@ -189,6 +188,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     out_dir.mkdir(parents=True, exist_ok=True)
     tracker = Tracker(plan.experiment.log, plan.experiment.name, str(out_dir))
     step = start
+    guard.install()   # restored in the `finally` below, whatever happens in between
     try:
         started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
         guard.install()   # ray.init sets its own SIGTERM handler
