@@ -35,7 +35,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from yatt.core.errors import InputError
 
@@ -120,8 +120,10 @@ class Hook:
             return True
         return False
 
-    def maybe_exit(self) -> None:
+    def maybe_exit(self, before: Callable[[], None] = lambda: None) -> None:
+        """Die (`os._exit(1)`) if an exit fault fires on this call, after `before()`."""
         if self.fires("exit"):
+            before()
             os._exit(1)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -347,9 +346,7 @@ def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Calla
             bar.step(row)
             if crash is not None:
                 crash.tick()
-                if crash.fires("exit"):
-                    sup.wait_io()   # the sealed checkpoints at the crash are then known
-                    os._exit(1)
+                crash.maybe_exit(before=sup.wait_io)   # the sealed checkpoints are then known
     except preempt.Abort:   # the step overran its share of the grace period
         aborted = step
     before_exit()

@@ -27,6 +27,7 @@ the step counter and a redone or resumed step sees exactly the same data.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -233,15 +234,10 @@ class Supervisor:
         """`_collect` when every save call has returned; else forget the calls (their ranks
         died with them)."""
         import ray
-        if not self._saving:
-            return
-        done, _ = ray.wait(self._saving, num_returns=len(self._saving), timeout=0)
-        if len(done) == len(self._saving):
-            try:
+        calls = self._saving
+        if calls and len(ray.wait(calls, num_returns=len(calls), timeout=0)[0]) == len(calls):
+            with contextlib.suppress(Exception):   # a rank died inside its save call
                 self._collect()
-                return
-            except Exception:   # noqa: BLE001 - a rank died inside its save call
-                pass
         self._saving = []
 
     def _background(self, fn: Callable[[], None]) -> None:
