@@ -133,11 +133,28 @@ def _checkpoint(d: dict) -> list[str]:
 
 
 def _controllers(d: dict) -> list[str]:
-    rows = [[k, r.get("driver_peak_over_base_mb"), r.get("steady_step_s"), r.get("samples_per_s")]
-            for k, r in d.get("results", {}).items()]
-    w = d.get("workload", {})
-    return ([f"Plan `{d.get('plan')}`; workload: " + ", ".join(f"{k} {v}" for k, v in w.items()), ""]
-            + _table(["controllers", "driver peak RSS over base, MB", "steady s/step", "samples/s"], rows))
+    out: list[str] = []
+    for job in [d, *d.get("larger", [])]:
+        rows = [[k, r.get("driver_peak_over_base_mb"), r.get("steady_step_s"), r.get("samples_per_s")]
+                for k, r in job.get("results", {}).items()]
+        w = job.get("workload", {})
+        out += ([f"Plan `{job.get('plan')}`; workload: " + ", ".join(f"{k} {v}" for k, v in w.items()), ""]
+                + _table(["controllers", "driver peak RSS over base, MB", "steady s/step", "samples/s"], rows))
+        if job.get("verdict"):
+            out += [f"- {job['verdict']}", ""]
+    return out
+
+
+def _faults(d: dict) -> list[str]:
+    rows = [[kind, "yes" if k.get("survived") else "NO", k.get("step", ""),
+             k.get("recovery_s", ""), k.get("signal_to_exit_s", ""), k.get("resume_s", ""),
+             k.get("steps_redone", ""), k.get("note", k.get("error", ""))]
+            for kind, k in d.get("kinds", {}).items()]
+    return ([f"Plan `{d.get('plan')}` ({d.get('config')}, {d.get('steps')} steps, a checkpoint "
+             f"every step, distributed optimizer); reference run {d.get('reference_wall_s')} s. "
+             "Survived: metrics.csv equal to the reference and every sample exactly once.", ""]
+            + _table(["fault", "survived", "step", "recovery s", "signal to exit s",
+                      "resume s", "steps redone", "note"], rows))
 
 
 def _fidelity(d: dict) -> list[str]:
