@@ -61,7 +61,8 @@ def _once(run: Path, expected: int) -> bool:
     return len(keys) == len(set(keys)) == expected
 
 
-def make_plan_file(steps: int, tmp: Path, **checkpoint) -> tuple:
+def make_plan_file(tmp: Path, **checkpoint) -> tuple:
+    """The reliability tests' plan with `checkpoint` changes, and its plan.yaml in `tmp`."""
     from yatt.core.config import dump_yaml, load_experiment
     from yatt.core.layout import make_plan
     from yatt.core.roles import Mode, ReleasePolicy
@@ -161,8 +162,8 @@ def main() -> int:
 
     apply_local_env(cpu=True)
     tmp = Path(tempfile.mkdtemp(prefix="yatt-faults-"))
-    plan, plan_file = make_plan_file(a.steps, tmp)
-    _, preempt_file = make_plan_file(a.steps, tmp, every_steps=0, at_steps=(0,),
+    plan, plan_file = make_plan_file(tmp)
+    _, preempt_file = make_plan_file(tmp, every_steps=0, at_steps=(0,),
                                      preempt_grace_s=30.0)
     samples = a.steps * plan.experiment.workload.samples_per_step
     t = time.monotonic()

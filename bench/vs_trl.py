@@ -58,6 +58,7 @@ SMALL = dict(prompts=16, group=8, max_new=8)        # the original job
 LARGE = dict(prompts=64, group=8, max_new=32)       # more samples, longer responses
 
 TRL_SIDE = Path(__file__).resolve().parent / "_trl_grpo.py"   # run by the TRL venv
+BOS_TEXT = "<bos>"    # yatt's prompt format, written into TRL's prompt text
 
 
 class TrlFailed(RuntimeError):
@@ -131,7 +132,7 @@ def _step_starts(trace: Path) -> dict[int, float]:
     return starts
 
 
-def _no_checkpoints(exp, lr: float, beta: float, **algo):
+def _shared_settings(exp, lr: float, beta: float, **algo):
     """The experiment with both sides' optimiser settings: constant lr, no warmup, KL
     `beta` against a reference, no entropy bonus, and no checkpoints."""
     from yatt.core.specs import LrSchedule
@@ -149,7 +150,7 @@ def rule_experiment(job: dict, lr: float, beta: float):
     from yatt.core.config import load_experiment
     from yatt.core.roles import RewardSource
 
-    exp = _no_checkpoints(load_experiment(ROOT / "configs" / "demo-learn.yaml"), lr, beta,
+    exp = _shared_settings(load_experiment(ROOT / "configs" / "demo-learn.yaml"), lr, beta,
                           reward=RewardSource.RULE)
     return dataclasses.replace(
         exp, cluster=dataclasses.replace(exp.cluster, gpus_per_node=1),
@@ -166,7 +167,7 @@ def genrm_experiment(lr: float, beta: float):
     trained demo GenRM judging), with the shared optimiser settings."""
     from yatt.core.config import load_experiment
 
-    return _no_checkpoints(load_experiment(ROOT / "configs" / "demo-learn.yaml"), lr, beta)
+    return _shared_settings(load_experiment(ROOT / "configs" / "demo-learn.yaml"), lr, beta)
 
 
 def job_of(exp) -> dict:
@@ -187,9 +188,6 @@ def trl_rows(exp, steps: int) -> tuple[str, list]:
     rows = [{"prompt": BOS_TEXT + p.text, "answer": p.answer}
             for s in range(steps) for p in step_prompts(0, s, exp.workload)]
     return str(resolve_model(exp.actor)), rows
-
-
-BOS_TEXT = "<bos>"
 
 
 def trl_judge(exp, steps: int) -> dict:
