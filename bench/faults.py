@@ -23,7 +23,8 @@ reference's on every column the trainer and sampler compute, and every sample in
 exactly once. Time to recover is the supervisor's own measure for an actor fault (trace
 `faults[].recovery_s`: from the failure to the restarted, restored actors), and for a
 process that stopped, the signal-to-exit time and the resume's wall clock. Steps redone
-count the steps run twice. Writes bench/results/faults.json and prints one summary line.
+count the steps run twice: an actor fault's step once per fault recorded in it, a driver
+crash's every step after the newest sealed checkpoint. Writes bench/results/faults.json and prints one summary line.
 """
 from __future__ import annotations
 
@@ -181,10 +182,11 @@ def main() -> int:
             kinds[name] = {"survived": False, "faults": faults, "error": str(e)[:400]}
             continue
         ok = _equal(tmp / "reference", out) and _once(out, samples)
-        for f in extra.get("faults", []):
+        records = extra.get("faults", [])
+        for f in records:   # the supervisor redoes a failed step once per fault in it
             kinds[f"{f['role']} actor died"] = {
                 "survived": ok, "step": f["step"], "recovery_s": f["recovery_s"],
-                "steps_redone": 1, "run": name}
+                "steps_redone": sum(g["step"] == f["step"] for g in records), "run": name}
         for f in extra.get("checkpoint_failures", []):
             kinds["checkpoint write on a full disk"] = {
                 "survived": ok, "step": f["step"], "recovery_s": 0.0, "steps_redone": 0,
