@@ -263,6 +263,13 @@ def run_yatt(plan, steps: int, out: Path) -> dict:
             "load_avg_before": load, "load_avg_after": load_avg()}
 
 
+def job_fields(job: dict, steps: int) -> dict:
+    """The job's shape as every comparison records it."""
+    return {"steps": steps, "samples_per_step": job["prompts"] * job["group"],
+            "prompts_per_step": job["prompts"], "samples_per_prompt": job["group"],
+            "max_new_tokens": job["max_new"]}
+
+
 def ratios(y: dict, t: dict) -> dict:
     return {"ratio": round(y["samples_per_s"] / t["samples_per_s"], 2),
             "ratio_tokens": round(y["tokens_per_s"] / t["tokens_per_s"], 2),
@@ -284,9 +291,7 @@ def compare(py: Path, steps: int, lr: float, beta: float, job: dict) -> dict:
                  Path(tempfile.mkdtemp(prefix="yatt-vs-trl-")))
     t = run_trl(py, model, rows, steps, lr, beta, job)
     return {"yatt_samples_per_s": y["samples_per_s"], "trl_samples_per_s": t["samples_per_s"],
-            **ratios(y, t), "steps": steps, "samples_per_step": job["prompts"] * job["group"],
-            "prompts_per_step": job["prompts"], "samples_per_prompt": job["group"],
-            "max_new_tokens": job["max_new"], "yatt": y, "trl": t}
+            **ratios(y, t), **job_fields(job, steps), "yatt": y, "trl": t}
 
 
 def mean_of(xs: list, last: bool, n: int = 5) -> float:
@@ -322,9 +327,7 @@ def compare_genrm(py: Path, steps: int, lr: float, beta: float, trl_vllm_venv: P
            **ratios(y, t), "chosen_mode": chosen.mode.value,
            "forced_mode": forced.mode.value,
            "ratio_forced": round(runs[forced.mode.value]["samples_per_s"] / t["samples_per_s"], 2),
-           "steps": steps, "samples_per_step": job["prompts"] * job["group"],
-           "prompts_per_step": job["prompts"], "samples_per_prompt": job["group"],
-           "max_new_tokens": job["max_new"], "lr": lr, "kl_coef": beta,
+           **job_fields(job, steps), "lr": lr, "kl_coef": beta,
            "accuracy_first5_last5": {
                **{f"yatt {k}": [mean_of(v["accuracy"], False), mean_of(v["accuracy"], True)]
                   for k, v in runs.items()},
