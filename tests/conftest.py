@@ -50,7 +50,7 @@ def ray_cluster():
     pytest.importorskip("vllm")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="yatt-ray-"))
-    from yatt.exec.env import apply_local_env, worker_env
+    from yatt.exec.env import apply_local_env, job_runtime_env
 
     apply_local_env(cpu=True)
     import ray
@@ -60,8 +60,7 @@ def ray_cluster():
         "num_cpus": 2, "num_gpus": 2, "include_dashboard": False})
     cluster.add_node(num_cpus=0, num_gpus=2)
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, runtime_env={"env_vars": worker_env(True)},
-             log_to_driver=False)
+    ray.init(address=cluster.address, runtime_env=job_runtime_env(True), log_to_driver=False)
     yield cluster
     ray.shutdown()
     cluster.shutdown()

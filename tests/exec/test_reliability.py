@@ -24,6 +24,7 @@ import pytest
 pytest.importorskip("vllm")
 pytest.importorskip("megatron.core")
 
+from tests.exec._subproc import run_yatt  # noqa: E402
 from yatt.core.roles import Mode, ReleasePolicy  # noqa: E402
 
 STEPS = 4
@@ -110,9 +111,8 @@ def test_driver_crash_then_resume_matches_and_skips_a_corrupt_checkpoint(referen
     env = {**os.environ, "YATT_FAULTS": f"driver.exit@{STEPS}", "YATT_FAULT_DIR": str(tmp_path),
            "PYTHONPATH": str(ROOT)}
     env.pop("RAY_ADDRESS", None)
-    cmd = [sys.executable, "-m", "yatt.cli", "run", str(plan_file), "--steps", str(STEPS),
-           "--out", str(out), "--no-progress"]
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    p = run_yatt(["run", str(plan_file), "--steps", str(STEPS), "--out", str(out),
+                  "--no-progress"], env)
     last = STEPS - 1
     assert p.returncode == 1, p.stderr[-2000:]            # died after the last step (os._exit)
     assert not (out / "metrics.csv").exists()              # a crash, not a clean stop
@@ -126,9 +126,7 @@ def test_driver_crash_then_resume_matches_and_skips_a_corrupt_checkpoint(referen
     victim = sorted((newest / "trainer").glob("*.distcp"))[0]
     victim.write_bytes(victim.read_bytes()[: victim.stat().st_size // 2])   # truncate newest
     env.pop("YATT_FAULTS")
-    p = subprocess.run([sys.executable, "-m", "yatt.cli", "run", "--resume", str(out),
-                        "--no-progress"], env=env, capture_output=True, text=True, timeout=600,
-                       cwd=ROOT)
+    p = run_yatt(["run", "--resume", str(out), "--no-progress"], env)
     assert p.returncode == 0, p.stderr[-2000:]
     assert f"refusing checkpoint {newest.name}" in p.stderr
     assert victim.name in p.stderr and "truncated or corrupt" in p.stderr
@@ -230,9 +228,7 @@ def test_sigterm_to_the_process_group_checkpoints_and_resume_matches(reference, 
     assert took < 30, took                 # within the grace period
     assert [r["step"] for r in _rows(out)] == [str(s) for s in range(last + 1)]
     t = time.monotonic()
-    p = subprocess.run([sys.executable, "-m", "yatt.cli", "run", "--resume", str(out),
-                        "--no-progress"], env=env, capture_output=True, text=True, timeout=600,
-                       cwd=ROOT)
+    p = run_yatt(["run", "--resume", str(out), "--no-progress"], env)
     assert p.returncode == 0, p.stderr[-2000:]
     _same(_rows(reference), _rows(out))
     from yatt.core.trace import Trace

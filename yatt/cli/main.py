@@ -37,6 +37,9 @@ def _version() -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if argv is None:   # the process's own command (not an in-process call from a caller)
+        from yatt.exec import diag
+        diag.install()   # `kill -USR1 PID` dumps the stacks of a hung `yatt` (docs/reliability.md)
     try:
         with work_budget():   # every simulation a verb runs is metered (yatt.core.limits)
             return int(args.func(args) or 0)

@@ -31,6 +31,12 @@ def has_cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
+def job_runtime_env(cpu: bool) -> dict:
+    """The Ray job's runtime_env: worker settings plus the stack-dump hook (diag.py)."""
+    from . import diag
+    return {"env_vars": worker_env(cpu), "worker_process_setup_hook": diag.HOOK}
+
+
 def worker_env(cpu: bool) -> dict[str, str]:
     """Environment variables for a worker actor (passed as its runtime_env)."""
     env = dict(COMMON_ENV)
@@ -59,8 +65,7 @@ def ensure_ray(num_devices: int, address: Optional[str] = None, cpu: bool = True
         return False
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     if address:
-        ray.init(address=address, runtime_env={"env_vars": worker_env(cpu)},
-                 log_to_driver=False)
+        ray.init(address=address, runtime_env=job_runtime_env(cpu), log_to_driver=False)
         return False
     # Ray lowers its workers' priority (niceness 15) by default; the "devices" here are
     # the CPU itself, so workers must compete on equal terms with the driver (and with the
@@ -72,7 +77,7 @@ def ensure_ray(num_devices: int, address: Optional[str] = None, cpu: bool = True
     # group must reach the driver only, which then checkpoints; preempt.py)
     from . import localray
     address = localray.start(max(2, os.cpu_count() or 2), num_devices if cpu else None, tmp)
-    ray.init(address=address, runtime_env={"env_vars": worker_env(cpu)}, log_to_driver=False)
+    ray.init(address=address, runtime_env=job_runtime_env(cpu), log_to_driver=False)
     return True
 
 
