@@ -212,8 +212,9 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
                 against the best, like `yatt plan PLAN.yaml`)
     placement   a placement to score against the best: text such as
                 "partial R4(tp2) G44(tp4) T48(tp1)", or a Plan
-    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: analytic),
-                its times as measured (`yatt plan` first rescales them to this host)
+    profile     a profile.yaml from `yatt profile` / `yatt calibrate` (default: the profile
+                shipped for the cluster's device kind, else analytic), its times as measured
+                (`yatt plan` first rescales them to this host)
     gpus        cluster sizes for the scaling sweep (`PlanResult.scaling`)
     steps, price_per_gpu_hour   how runs are priced in the summary and the ranking
     progress    called as progress(simulations_done, what) while searching
@@ -224,7 +225,7 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
     from yatt.planner.costs import Pricing
     from yatt.planner.placement_text import parse_placement
     from yatt.planner.profile_io import load_profile
-    from yatt.planner.profiled import cost_model_for, experiment_for
+    from yatt.planner.profiled import cost_model_for, experiment_for, shipped_profile
     from yatt.planner.sizes import resize
 
     with _argument_names():
@@ -249,6 +250,8 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
         raise InputError("a plan is already scored; pass placement= with an experiment only",
                          field="placement")
     prof = load_profile(profile) if profile is not None else None
+    if prof is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
+        prof, profile = found
     exp = experiment_for(exp, prof)
     with _argument_names():
         if isinstance(placement, str):

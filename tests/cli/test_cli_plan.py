@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from yatt.cli.main import main
-from yatt.core.config import load_plan
+from yatt.core.config import load_experiment, load_plan
 
 SMALL = """
 name: small
@@ -222,3 +222,22 @@ def test_plan_says_which_cost_model(tmp_path, capsys):
     assert main(["plan", str(root / "configs" / "demo-cpu.yaml"), "--profile", str(prof),
                  "--out", str(tmp_path / "b"), "--no-progress"]) == 0
     assert f"cost model: profile {prof} (measured tables)" in capsys.readouterr().out
+
+
+def test_plan_and_run_predict_with_the_same_shipped_profile(tmp_path, capsys):
+    """Without --profile, `yatt plan` takes the profile shipped for the device kind, as
+    `yatt run` does: the same config gets the same cost model and the same prediction."""
+    import yatt
+    from yatt.core.bundled import shipped_profile_path
+
+    root = Path(__file__).resolve().parents[2]
+    demo = root / "configs" / "demo-cpu.yaml"
+    shipped = shipped_profile_path(load_experiment(demo).cluster.gpu.name)
+    assert main(["plan", str(demo), "--no-host-check", "--out", str(tmp_path / "a"),
+                 "--no-progress"]) == 0
+    assert f"cost model: profile {shipped} (measured tables)" in capsys.readouterr().out
+    r = yatt.plan(str(demo), top=1)
+    with_flag = yatt.plan(str(demo), profile=shipped, top=1)
+    assert r.best.plan.describe() == with_flag.best.plan.describe()
+    assert r.best.mean == with_flag.best.mean
+    assert r.cost_label == with_flag.cost_label == f"profile {shipped}"

@@ -108,6 +108,18 @@ def profile_arg(path: Optional[str]):
     return load_profile(path)
 
 
+def profile_or_shipped(args: argparse.Namespace, exp: Any):
+    """The profile named by --profile, else the one shipped for the config's device kind
+    (sets `args.profile` to its path), else None (analytic defaults): `yatt plan` and
+    `yatt run` predict the same config with the same cost model."""
+    from yatt.planner.profiled import shipped_profile
+
+    profile = profile_arg(args.profile)
+    if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
+        profile, args.profile = found
+    return profile
+
+
 def add_host_check_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-host-check", action="store_true",
                    help="predict with the profile's times as measured (no host probe, no "

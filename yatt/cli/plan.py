@@ -33,7 +33,7 @@ from yatt.planner.sizes import parse_gpu_sizes
 
 from .common import (LazyProgress, add_host_check_flag, check_not_inputs, check_out_dir,
                      check_out_file, check_top, config_or_bundled, cost_model_line, host_check_on,
-                     host_checked, profile_arg, shown, shown_lines)
+                     host_checked, profile_or_shipped, shown, shown_lines)
 from .plan_emit import emit_all, file_name, parse_frameworks, write_emitted
 from .plan_report import cost_table, given_table, scaling_table
 
@@ -267,7 +267,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
         exp = given.experiment
     else:
         exp = load_experiment(config)
-    profile = profile_arg(args.profile)
+    profile = profile_or_shipped(args, exp)
     exp = experiment_for(exp, profile)   # the actor's measured stop lengths (EOS), if any
     if args.placement is not None:
         given = parse_placement(args.placement, exp)

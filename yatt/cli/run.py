@@ -23,7 +23,7 @@ from yatt.core.runnable import EXECUTED_MODES, check_runnable
 
 from .common import (add_host_check_flag, check_fault_env, check_out_dir, config_or_bundled,
                      cost_model_line, host_check_on, host_checked, needs_exec, phase_table,
-                     profile_arg, shown)
+                     profile_arg, profile_or_shipped, shown)
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -163,7 +163,7 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    from yatt.planner.profiled import cost_model_for, experiment_for, shipped_profile
+    from yatt.planner.profiled import cost_model_for, experiment_for
     from yatt.planner.runnable import describe_choice, plan_for_executor
 
     args.steps_given = args.steps is not None
@@ -191,8 +191,8 @@ def run_command(args: argparse.Namespace) -> int:
         except InputError as e:
             raise (e.within(file=str(src)) if not e.file else e) from None
         exp = _with_data_lengths(exp, job)
-    if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
-        profile, args.profile = found  # the shipped profile for this device kind
+    if profile is None:
+        profile = profile_or_shipped(args, exp)   # the shipped one for this device kind
     # before any prediction; `yatt profile` takes experiment configs, not plans
     host = host_checked(console, profile, "EXPERIMENT.yaml" if is_plan_file(src) else src,
                         probe_host)
