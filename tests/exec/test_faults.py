@@ -13,9 +13,46 @@ def test_parse():
                   faults.Fault("reference", "exit", 1))
 
 
+def test_full_disk_is_per_role():
+    assert faults.parse("trainer.enospc@2,checkpoint.enospc@1") == (
+        faults.Fault("trainer", "enospc", 2), faults.Fault("checkpoint", "enospc", 1))
+
+
+def test_the_trainers_full_disk_fires_once_per_run_in_rank_0(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, "trainer.enospc@2,trainer.nan@2+")
+    monkeypatch.setenv(faults.DIR_ENV, str(tmp_path))
+    ranks = [faults.hook("trainer", index=i) for i in (0, 1)]
+    for h in ranks:
+        h.tick()
+        h.tick()
+    assert [h.fires("enospc") for h in ranks] == [True, False]
+    assert [h.fires("nan") for h in ranks] == [True, True]       # nan: every rank, each time
+    restarted = faults.hook("trainer", index=0)
+    restarted.tick()
+    restarted.tick()
+    assert not restarted.fires("enospc") and restarted.fires("nan")
+
+
+def test_full_disk_writes_part_then_fails_and_is_undone(tmp_path):
+    import errno
+    import types
+
+    def write_item(transform, stream, data):
+        stream.write(data)
+        return len(data)
+
+    mod = types.SimpleNamespace(write_item=write_item)
+    with faults.full_disk(mod, "write_item"):
+        with open(tmp_path / "shard", "wb") as f, pytest.raises(OSError) as e:
+            mod.write_item(None, f, b"x" * 4096)
+    assert e.value.errno == errno.ENOSPC and str(tmp_path / "shard") in str(e.value)
+    assert 0 < (tmp_path / "shard").stat().st_size < 4096
+    assert mod.write_item is write_item
+
+
 @pytest.mark.parametrize("bad", ["rollout.exit", "rollout.exit@x", "judge.exit@1",
                                  "rollout.boom@1", "rollout.nan@1", "reference.nan@1",
-                                 "trainer.exit@0"])
+                                 "trainer.exit@0", "rollout.enospc@1", "checkpoint.exit@1"])
 def test_parse_rejects_with_the_item(bad):
     with pytest.raises(InputError) as e:
         faults.parse(bad)
@@ -53,3 +90,20 @@ def test_nan_repeats(monkeypatch):
 def test_unset_is_none(monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
     assert faults.hook("rollout") is None
+
+
+def test_a_trainer_write_failure_is_one_line():
+    from yatt.exec.trainer_state import _write_failure
+
+    class Failed(BaseException):   # torch's CheckpointException: rank -> (exception, stack)
+        def __init__(self, failures):
+            self.failures = failures
+
+    wrapped = RuntimeError("Worker failure: [Errno 28] No space left on device: "
+                           "'/run/checkpoints/step-000000.partial/trainer/__0_0.distcp'")
+    assert (_write_failure(Failed({0: (wrapped, None)}))
+            == "No space left on device: __0_0.distcp, trainer rank 0")
+    assert (_write_failure(Failed({1: (OSError(28, "No space left on device", "/a/b.distcp"), None)}))
+            == "No space left on device: b.distcp, trainer rank 1")
+    assert _write_failure(Failed({0: (RuntimeError("boom\nmore"), None)})) == "RuntimeError: boom, trainer rank 0"
+    assert _write_failure(Failed({})) == "the shard write failed on another trainer rank"

@@ -211,7 +211,7 @@ def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
     fresh = spawn_trainers({**opts, "dp": 2, "resume_from": str(ck), "later": True},
                            tmp_path / "fresh")
     for r, f in zip(run, fresh):
-        assert r["sealed"] == [str(ck)]
+        assert r["sealed"] == [(str(ck), None)]
         assert r["steps_loaded"] == 2
         _replays(r, "after_restore", "after_load")
         # a snapshot taken before the first step (no Adam state yet) restores to it

@@ -24,18 +24,22 @@ Syntax: comma-separated `ROLE.EVENT@N` (fire on the N-th call, 1-based) or `ROLE
                 file in `YATT_FAULT_DIR` (default: the system temp dir) keeps the
                 restarted actor from dying again
          nan    the trainer's loss becomes NaN on every rank (`train_step`)
-         enospc the checkpoint's `trace.jsonl` write fails half-way with ENOSPC, as on a
-                full disk (checkpoint only; the trainer's shards are already written)
+         enospc checkpoint: the driver's write of the checkpoint's `trace.jsonl` fails
+                half-way with ENOSPC, as on a full disk (the trainer's shards are already
+                written); trainer: rank 0's shard writer fails half-way with ENOSPC in the
+                asynchronous checkpoint started after its N-th `train_step` (once per run,
+                as `exit`)
 
 Calls are counted per process, so after a restart the count starts again at 1.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Callable, Iterator, Optional
 
 from yatt.core.errors import InputError
 
@@ -43,7 +47,8 @@ ENV = "YATT_FAULTS"
 DIR_ENV = "YATT_FAULT_DIR"
 ROLES = ("rollout", "genrm", "trainer", "reference", "controller", "driver", "checkpoint")
 EVENTS = ("exit", "nan", "enospc")
-ONLY = {"nan": "trainer", "enospc": "checkpoint"}   # events of one role only
+ONLY = {"nan": ("trainer",), "enospc": ("checkpoint", "trainer")}   # events of some roles only
+ONCE = {("enospc", "trainer")}   # besides exit: met again by a restarted actor
 
 
 @dataclass(frozen=True)
@@ -74,10 +79,11 @@ def parse(text: str) -> tuple[Fault, ...]:
             raise InputError(f"got {item!r}; allowed: ROLE.EVENT@N or ROLE.EVENT@N+",
                              field=ENV) from None
         if (role not in ROLES or event not in EVENTS or n < 1
-                or ONLY.get(event, role) != role or (role == "checkpoint") != (event == "enospc")):
+                or role not in ONLY.get(event, (role,))
+                or (role == "checkpoint" and event != "enospc")):
             raise InputError(f"got {item!r}; allowed roles {'|'.join(ROLES)}, events "
-                             f"{'|'.join(EVENTS)} (nan: trainer only; checkpoint: enospc "
-                             "only), N >= 1", field=ENV)
+                             f"{'|'.join(EVENTS)} (nan: trainer only; enospc: checkpoint or "
+                             "trainer; checkpoint: enospc only), N >= 1", field=ENV)
         out.append(Fault(role, event, n, repeat))
     return tuple(out)
 
@@ -105,11 +111,12 @@ class Hook:
         self.count += 1
 
     def fires(self, event: str) -> bool:
-        """Whether `event` fires on the current call (exit: at most once per run)."""
+        """Whether `event` fires on the current call. Events a restarted actor would meet
+        again (exit; the trainer's enospc) fire at most once per run, in the first actor."""
         for f in self.faults:
             if f.event != event or not f.due(self.count):
                 continue
-            if event != "exit":
+            if (event, self.role) not in ONCE and event != "exit":
                 return True
             if self.index != 0:
                 continue
@@ -133,6 +140,27 @@ def fill_disk(path: Path, data: bytes) -> None:
     with open(path, "wb") as f:
         f.write(data[: len(data) // 2])
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (YATT_FAULTS)", str(path))
+
+
+@contextlib.contextmanager
+def full_disk(module: Any, name: str) -> Iterator[None]:
+    """Within the block, `module.name` (a function writing an item to an open `stream`
+    argument) writes part of it and fails as a full disk does; a process forked inside
+    the block keeps that behaviour."""
+    import errno
+
+    def write(*args: Any, **kwargs: Any) -> Any:
+        stream = next(a for a in args if hasattr(a, "write"))
+        stream.write(b"\0" * 1024)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC) + " (YATT_FAULTS)",
+                      getattr(stream, "name", ""))
+
+    real = getattr(module, name)
+    setattr(module, name, write)
+    try:
+        yield
+    finally:
+        setattr(module, name, real)
 
 
 def hook(role: str, index: int = 0) -> Optional[Hook]:

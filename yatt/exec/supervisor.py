@@ -227,7 +227,14 @@ class Supervisor:
         the writes they finalised."""
         calls, self._saving = self._saving, []
         outs = get_all(calls)
-        for tdir in outs[0] if outs else []:
+        self._finalised(outs[0] if outs else [])
+
+    def _finalised(self, results: list) -> None:
+        """Seal the writes the trainers finalised; one whose shards could not be written (a
+        full disk under the trainers' writer) is dropped, as a driver-side failure is."""
+        for tdir, why in results:
+            if why is not None:
+                self.failed.setdefault(self.pending[tdir], why)
             self._seal(tdir)
 
     def _collect_finished(self) -> None:
@@ -287,8 +294,7 @@ class Supervisor:
         if not self.pending:
             return
         outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
-        for tdir in outs[0]:
-            self._seal(tdir)
+        self._finalised(outs[0])
 
     def _seal(self, tdir: str) -> None:
         step = self.pending.pop(tdir)

@@ -18,13 +18,14 @@ resume (`safe_load`).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from typing import Optional
 
 import torch
 
-from . import megatron_shim, safe_load
+from . import faults, megatron_shim, safe_load
 
 
 # Distributed optimizer checkpoint format: every rank writes its own shard of the Adam
@@ -211,6 +212,7 @@ class TrainerState:
         if not async_save:
             dist_checkpointing.save(sd, ckpt_dir)
             return time.perf_counter() - t0
+        from megatron.core.dist_checkpointing.strategies import filesystem_async
         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
         from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
         if self._ckpt_queue is None:
@@ -226,13 +228,20 @@ class TrainerState:
         req = dist_checkpointing.save(
             sd, ckpt_dir, sharded_strategy=self._ckpt_strategy, async_sharded_save=True,
             validate_access_integrity=not self._ckpt_strategy.validated_cache_reuse)
-        self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
+        fill = getattr(self, "fault", None) is not None and self.fault.fires("enospc")
+        # the writer forks inside `schedule_async_request`: an injected full disk is in place
+        # for that fork only (faults.py)
+        full = faults.full_disk(filesystem_async, "_write_item") if fill else contextlib.nullcontext()
+        with full:
+            self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
         return time.perf_counter() - t0
 
     @megatron_shim.on_any_thread
-    def poll_checkpoints(self, blocking: bool = False) -> list[str]:
-        """Finalise finished asynchronous saves (collective; call on every rank together);
-        returns their directories, oldest first. `blocking` waits for all of them."""
+    def poll_checkpoints(self, blocking: bool = False) -> list[tuple[str, Optional[str]]]:
+        """Finalise finished asynchronous saves (collective; call on every rank together).
+        Returns (directory, None) per finalised save and (directory, why) per save whose
+        write failed (a full disk: megatron raises the same CheckpointException on every
+        rank, and that save is dropped), oldest first. `blocking` waits for all of them."""
         if self._ckpt_queue is None or not self._ckpt_pending:
             return []
         if not blocking:
@@ -243,8 +252,22 @@ class TrainerState:
             torch.distributed.all_reduce(busy, op=torch.distributed.ReduceOp.MAX)
             if busy.item() > 0:
                 return []
-        done = self._ckpt_queue.maybe_finalize_async_calls(blocking=True)
-        return [self._ckpt_pending.pop(i) for i in done]
+        from torch.distributed.checkpoint.api import CheckpointException
+        out: list[tuple[str, Optional[str]]] = []
+        while self._ckpt_pending:
+            try:
+                done = self._ckpt_queue.maybe_finalize_async_calls(blocking=True)
+            except CheckpointException as e:
+                # the failed call is the last one megatron took off its queue; those before
+                # it in this pass were finalised
+                left = {c.call_idx for c in self._ckpt_queue.async_calls}
+                taken = [i for i in sorted(self._ckpt_pending) if i not in left]
+                out += [(self._ckpt_pending.pop(i), None) for i in taken[:-1]]
+                out.append((self._ckpt_pending.pop(taken[-1]), _write_failure(e)))
+                continue
+            out += [(self._ckpt_pending.pop(i), None) for i in done]
+            break
+        return out
 
     @staticmethod
     def prewarm_async_checkpointing() -> None:
@@ -329,6 +352,25 @@ def _host_copy(x):
 def _tuples(x):
     """`random.setstate` wants tuples; a checkpoint may hand back lists."""
     return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+def _write_failure(e: BaseException) -> str:
+    """One line for a failed checkpoint write (`No space left on device: FILE, trainer rank
+    R`): the first failing rank's error. The coordinator has them all; the other ranks only
+    learn that a rank failed. Megatron re-raises a writer process's OSError as a
+    RuntimeError carrying its text, so the errno part is read back from that text."""
+    import re
+    for rank, err in sorted((getattr(e, "failures", None) or {}).items()):
+        exc = err[0] if isinstance(err, tuple) else err
+        found = re.search(r"\[Errno \d+\] (.*?)(?:: '([^']*)')?$", str(exc).splitlines()[0])
+        if isinstance(exc, OSError) and exc.strerror:
+            what = exc.strerror + (f": {os.path.basename(str(exc.filename))}" if exc.filename else "")
+        elif found:
+            what = found[1] + (f": {os.path.basename(found[2])}" if found[2] else "")
+        else:
+            what = f"{type(exc).__name__}: {exc}".splitlines()[0]
+        return f"{what}, trainer rank {rank}"
+    return "the shard write failed on another trainer rank"
 
 
 def _writer_exited(queue) -> bool:

@@ -102,16 +102,17 @@ class TrainerWorker:
         self._staged, self._old = [], None
         self.trainer.restore(snap)
 
-    def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> list[str]:
+    def save_checkpoint(self, ckpt_dir: str, async_save: bool) -> list[tuple[str, Optional[str]]]:
         """Finalise the earlier asynchronous writes (collective; the previous one had a whole
-        step to finish), then start this one. Returns the finalised directories, oldest first:
-        the driver sends this call without waiting, so the finalisation runs while the next
-        step's rollout does, not between steps."""
+        step to finish), then start this one. Returns what `poll_checkpoints` does for the
+        earlier writes: the driver sends this call without waiting, so the finalisation runs
+        while the next step's rollout does, not between steps."""
         done = self.trainer.poll_checkpoints(blocking=True)
         self.trainer.save_checkpoint(ckpt_dir, async_save=async_save)
         return done
 
-    def poll_checkpoints(self, blocking: bool) -> list[str]:
+    def poll_checkpoints(self, blocking: bool) -> list[tuple[str, Optional[str]]]:
+        """(directory, None) per finalised write, (directory, why) per failed one."""
         return self.trainer.poll_checkpoints(blocking)
 
     def load_checkpoint(self, ckpt_dir: str) -> int:
