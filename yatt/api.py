@@ -225,7 +225,7 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
     from yatt.planner.costs import Pricing
     from yatt.planner.placement_text import parse_placement
     from yatt.planner.profile_io import load_profile
-    from yatt.planner.profiled import cost_model_for, experiment_for, shipped_profile
+    from yatt.planner.profiled import cost_model_for, experiment_for, given_or_shipped
     from yatt.planner.sizes import resize
 
     with _argument_names():
@@ -250,8 +250,7 @@ def plan(experiment: Union[str, Path, Experiment, Plan], *, placement: Union[Non
         raise InputError("a plan is already scored; pass placement= with an experiment only",
                          field="placement")
     prof = load_profile(profile) if profile is not None else None
-    if prof is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
-        prof, profile = found
+    prof, profile = given_or_shipped(prof, profile, exp.cluster.gpu.name)
     exp = experiment_for(exp, prof)
     with _argument_names():
         if isinstance(placement, str):

@@ -1,5 +1,5 @@
-"""SIGUSR1 dumps a process's stacks and leaves it running: in the driver (`yatt run`
-installs it) and in every Ray worker (the job's setup hook)."""
+"""SIGUSR1 dumps a process's stacks and leaves it running: in the driver (every `yatt`
+verb installs it) and in every Ray worker (the job's setup hook)."""
 from __future__ import annotations
 
 import os

@@ -112,11 +112,10 @@ def profile_or_shipped(args: argparse.Namespace, exp: Any):
     """The profile named by --profile, else the one shipped for the config's device kind
     (sets `args.profile` to its path), else None (analytic defaults): `yatt plan` and
     `yatt run` predict the same config with the same cost model."""
-    from yatt.planner.profiled import shipped_profile
+    from yatt.planner.profiled import given_or_shipped
 
-    profile = profile_arg(args.profile)
-    if profile is None and (found := shipped_profile(exp.cluster.gpu.name)) is not None:
-        profile, args.profile = found
+    profile, args.profile = given_or_shipped(profile_arg(args.profile), args.profile,
+                                             exp.cluster.gpu.name)
     return profile
 
 

@@ -228,7 +228,7 @@ class TrainerState:
         req = dist_checkpointing.save(
             sd, ckpt_dir, sharded_strategy=self._ckpt_strategy, async_sharded_save=True,
             validate_access_integrity=not self._ckpt_strategy.validated_cache_reuse)
-        fill = getattr(self, "fault", None) is not None and self.fault.fires("enospc")
+        fill = self.fault is not None and self.fault.fires("enospc")
         # the writer forks inside `schedule_async_request`: an injected full disk is in place
         # for that fork only (faults.py)
         full = faults.full_disk(filesystem_async, "_write_item") if fill else contextlib.nullcontext()

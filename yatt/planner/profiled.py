@@ -438,3 +438,11 @@ def shipped_profile(gpu_name: str):
 
     p = shipped_profile_path(gpu_name)
     return None if p is None else (load_cached(str(p)), str(p))
+
+
+def given_or_shipped(profile: Optional[Profile], path, gpu_name: str):
+    """(profile, path): the given profile, else the one shipped for the device kind, else
+    (None, path): `yatt plan`, `yatt run` and `yatt.plan()` predict with the same model."""
+    if profile is None and (found := shipped_profile(gpu_name)) is not None:
+        return found
+    return profile, path
