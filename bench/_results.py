@@ -362,11 +362,40 @@ def _vs_trl(d: dict) -> list[str]:
     return out
 
 
+def _quick_profile(d: dict) -> list[str]:
+    alone = d.get("quick_alone") or {}
+    out = [f"Quick profile (`yatt profile --quick`, Ray-path terms from `{d.get('quick_base')}`) "
+           f"against the full one, both made here on {', '.join(d.get('configs', []))}. "
+           f"Made twice: {_fmt(d.get('quick_wall_s'))} s for all of them "
+           f"({_fmt(d.get('quick_wall_s_per_config'))} s per config); {_fmt(alone.get('wall_s'))} s "
+           f"for `{alone.get('config')}` alone; the full one {_fmt(d.get('full_wall_s'))} s. "
+           "Per phase: busy seconds per step of the full profile's best plan of each mode, "
+           "simulated with each profile (phases over 0.05 s).", ""]
+    rows = [[r["experiment"], r["mode"], r["plan"], r["full_step_s"], r["quick_step_s"],
+             _pct(r["step_diff"]), _apct(r.get("phase_max_abs_diff")),
+             _pct(r2["step_diff"]), _apct(r2.get("phase_max_abs_diff"))]
+            for r, r2 in zip(d.get("cases", []), d.get("cases_second_quick", []))]
+    out += _table(["experiment", "mode", "plan", "full s/step", "quick s/step", "step diff",
+                   "max phase diff", "step diff, 2nd quick", "max phase diff, 2nd quick"], rows)
+    t = d.get("targets", {})
+    out += _table(["summary", "value", "target", "met"], [
+        ["per phase, median / max abs diff",
+         f"{_apct(d.get('phase_median_abs_diff'))} / {_apct(d.get('phase_max_abs_diff'))}",
+         f"max {_apct(t.get('phase_max_abs_diff'))}", _fmt(d.get("phase_target_met"))],
+        ["step time, median / max abs diff",
+         f"{_apct(d.get('step_median_abs_diff'))} / {_apct(d.get('step_max_abs_diff'))}", "-", "-"],
+        ["quick wall s (all, all again, alone)",
+         _fmt([*d.get("quick_wall_s", []), alone.get("wall_s")]),
+         f"<= {_fmt(t.get('quick_wall_s'))} each", _fmt(d.get("wall_target_met"))]])
+    return out
+
+
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "checkpoint": _checkpoint, "controllers": _controllers, "faults": _faults, "fidelity": _fidelity,
     "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,
-    "plan_speed": _plan_speed, "sim_speed": _sim_speed, "vs_trl": _vs_trl,
+    "plan_speed": _plan_speed, "quick_profile": _quick_profile, "sim_speed": _sim_speed,
+    "vs_trl": _vs_trl,
 }
 
 

@@ -2,9 +2,9 @@
 for the demo and fidelity experiments (the same switches: Ray round trips, weight sync,
 engine calls, the hand-off, contention, TP / DP groups, stop lengths), with enough distinct
 sizes per table to determine each fit, and the full (shipped) profile leaves no term of
-those experiments to the analytic model. Pure: no measuring here (the smoke profile's
-end-to-end test is tests/profiling/test_profile.py; the quick set's own run is
-bench/quick_profile.py)."""
+those experiments to the analytic model. Pure: no measuring here (the quick profile's
+end-to-end test is tests/profiling/test_profile.py, carrying the Ray-path terms
+tests/profiling/test_carry.py; its comparison with the full set is bench/quick_profile.py)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -58,9 +58,12 @@ def test_each_quick_table_determines_its_fit(exps):
             assert len(dec) >= 3 and len({b for b, _ in dec}) >= 2 and len({c for _, c in dec}) >= 2
             assert len(_joins(q.join, limit)) >= 3
     assert len(q.tp_points) >= 1
-    # fewer than the full set: that is what makes it quick
+    # the full set's points (fewer bend the fits), measured fewer times: that makes it quick
     full = Points()
+    assert (q.train, q.logprob, q.decode, q.prefill, q.join) == (
+        full.train, full.logprob, full.decode, full.prefill, full.join)
     assert q.passes * q.reps < full.passes * full.reps and q.stop_samples < full.stop_samples
+    assert q.restarts < full.restarts and q.contention_rounds < full.contention_rounds
 
 
 def test_the_full_profile_covers_every_term_and_smoke_says_what_it_lacks(exps):
@@ -90,4 +93,15 @@ def test_quick_and_smoke_together_is_one_line_exit_2(tmp_path, capsys):
                  "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--smoke" in err[0] and "one of them" in err[0]
+    assert not out.exists()
+
+
+def test_base_without_quick_is_one_line_exit_2(tmp_path, capsys):
+    from yatt.cli.main import main
+
+    out = tmp_path / "p.yaml"
+    assert main(["profile", str(CONFIGS[0]), "--base", str(SHIPPED), "-o", str(out),
+                 "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--base" in err[0] and "--quick" in err[0]
     assert not out.exists()

@@ -8,7 +8,9 @@ writes the profile; `yatt plan|replay|run --profile FILE` then use it.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
+from typing import Optional
 
 from yatt.core.errors import InputError, clean
 
@@ -27,8 +29,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="cpu|cuda (default: cpu; cuda is untested here)")
     p.add_argument("-o", "--out", default="profile.yaml", help="output file (default: profile.yaml)")
     p.add_argument("--quick", action="store_true",
-                   help="every table, fewer points and repetitions (about 2 minutes per "
-                        "experiment on the demo models): re-profile a host in minutes")
+                   help="re-profile a host in about a minute: the model tables with fewer "
+                        "points and repetitions, and the Ray-path terms (round trips, "
+                        "hand-off, engine calls, weight sync, TP/DP groups, contention) from "
+                        "--base rescaled to this host by its probe, when the base has them "
+                        "all for these models (else they are measured too)")
+    p.add_argument("--base", default=None, metavar="PROFILE",
+                   help="with --quick: the profile to take the Ray-path terms from "
+                        "(default: the profile shipped for the config's device kind)")
     p.add_argument("--smoke", action="store_true", help=argparse.SUPPRESS)   # tests: tiny, incomplete
     p.add_argument("--no-progress", action="store_true")
     p.set_defaults(func=profile_command)
@@ -41,7 +49,11 @@ def profile_command(args: argparse.Namespace) -> int:
         raise InputError("--quick and --smoke are two point sets; allowed: one of them", field="--smoke")
     if args.device not in DEVICES:
         raise InputError(f"got {args.device!r}; allowed: {'|'.join(DEVICES)}", field="--device")
+    if args.base is not None and not args.quick:
+        raise InputError("takes effect with --quick only; allowed: add --quick, or drop --base",
+                         field="--base")
     exps = [load_experiment(c) for c in args.config]
+    base = _base(args, exps) if args.quick else None
     check_out_file(args.out, args.config)   # writable, not an input: before minutes of work
     out = Path(args.out)
     if out.is_dir() or not out.parent.is_dir():
@@ -55,32 +67,54 @@ def profile_command(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from yatt.profiling.profile import Points, models_to_measure, profile_experiments
+    from yatt.profiling.carry import lacks
+    from yatt.profiling.profile import Points, models_to_measure, profile_experiments, ray_needs
     from yatt.planner.profile_io import save_profile
 
     pts = Points.smoke() if args.smoke else Points.quick() if args.quick else Points()
     actors, genrms = models_to_measure(exps)
     console = Console(stderr=True)
+    if base is not None:
+        lack = lacks(base[0], ray_needs(exps, pts, args.device), args.device)
+        console.print(f"Ray-path terms: from {shown(base[1])}, rescaled to this host" if not lack
+                      else f"Ray-path terms: measured ({shown(base[1])} lacks "
+                           f"{shown(', '.join(lack))})")
+        if lack:
+            base = None
     with Progress(TextColumn("[bold]profiling[/] {task.description}"), BarColumn(),
                   MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                   disable=args.no_progress) as bar:
         tps = sum(len(pts.tp_sizes(exps, e.actor.name)) + len(pts.dp_sizes(exps, e.actor.name))
                   for e in actors)
-        task = bar.add_task("starting", total=pts.ticks(len(actors), len(genrms),
-                                                        len(pts.busy_counts(exps, args.device)),
-                                                        tps))
+        total = (pts.ticks(len(actors), len(genrms), len(pts.busy_counts(exps, args.device)), tps)
+                 if base is None else dataclasses.replace(pts, ray=False).ticks(len(actors),
+                                                                                len(genrms)))
+        task = bar.add_task("starting", total=total)
         prof = profile_experiments(exps, args.device, pts,
-                                  tick=lambda what: bar.update(task, advance=1, description=what))
+                                  tick=lambda what: bar.update(task, advance=1, description=what),
+                                  base=base)
     save_profile(prof, out)
     _summary(console, prof)
     from yatt.planner.coverage import missing_terms
 
+    whole = "every term measured" + (" (Ray-path terms: the base's, rescaled)" if base else "")
     for e in exps:
         lack = missing_terms(prof, e)
-        console.print(f"{shown(e.name)}: " + ("every term measured" if not lack else
+        console.print(f"{shown(e.name)}: " + (whole if not lack else
                       "not measured (priced by the analytic model): " + shown(", ".join(lack))))
     print(f"wrote {clean(str(out))}")
     return 0
+
+
+def _base(args: argparse.Namespace, exps) -> Optional[tuple]:
+    """(profile, path) that a quick profile takes its Ray-path terms from: --base, else the
+    profile shipped for the first config's device kind; None without either."""
+    from yatt.planner.profiled import given_or_shipped
+
+    from .common import profile_arg
+
+    prof, path = given_or_shipped(profile_arg(args.base), args.base, exps[0].cluster.gpu.name)
+    return None if prof is None else (prof, str(path))
 
 
 def _summary(console, prof) -> None:

@@ -24,6 +24,8 @@ from yatt.core.plan import Experiment
 from yatt.planner.costmodel import Efficiency
 from yatt.planner.profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
 
+from . import carry
+
 Tick = Callable[[str], None]
 
 
@@ -66,20 +68,14 @@ class Points:
 
     @classmethod
     def quick(cls) -> "Points":
-        """`yatt profile --quick`: every table the full set measures (Ray round trips, weight
-        sync, engine calls, the stream hand-off, host contention, TP / DP groups, stop
-        lengths), each fit with at least as many distinct sizes as it has coefficients,
-        one pass and fewer repetitions: minutes instead of ten, for re-profiling a host
-        rather than trusting a stale profile (bench/quick_profile.py compares it with the
-        full set per phase)."""
-        return cls(train=((1, 16), (8, 32), (32, 32), (16, 64), (4, 128)),
-                   logprob=((1, 16), (16, 32), (4, 128)),
-                   decode=((1, 16), (16, 16), (64, 16), (16, 128)),
-                   prefill=((1, 16), (8, 32), (16, 64)),
-                   join=((4, 1, 24), (16, 8, 24), (8, 8, 64)),
-                   decode_steps=8, reps=2, restarts=2, rpc_reps=20, handoff_reps=5,
-                   contention_rounds=3, stop_samples=64, passes=1,
-                   tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
+        """`yatt profile --quick`: the full set's points for every in-process table (they
+        cost seconds, and fewer points bend the fits: bench/quick_profile.py), one pass,
+        fewer repetitions, engine re-creates and stop lengths, and a shorter host probe;
+        with a base profile the Ray-path terms are carried from it (`carry`), else measured
+        with fewer repetitions and rounds: about a minute per experiment instead of ten,
+        for re-profiling a host rather than trusting a stale profile."""
+        return cls(reps=2, restarts=2, rpc_reps=20, handoff_reps=5, contention_rounds=3,
+                   stop_samples=64, passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
 
     @classmethod
     def smoke(cls) -> "Points":
@@ -328,14 +324,28 @@ def models_to_measure(exps: Sequence[Experiment]) -> tuple[list, list]:
     return list(actors.values()), list(genrms.values())
 
 
+def ray_needs(exps: Sequence[Experiment], pts: Points, device: str) -> carry.RayNeeds:
+    """What `profile_experiments` measures through Ray for `exps` with `pts`."""
+    actors, genrms = models_to_measure(exps)
+    return carry.RayNeeds(
+        ray=pts.ray, streams=any(e.genrm is not None for e in exps),
+        busy=pts.busy_counts(exps, device),
+        actors=tuple((e.actor.name, pts.tp_sizes(exps, e.actor.name),
+                      pts.dp_sizes(exps, e.actor.name), sync_counts(exps, e.actor.name))
+                     for e in actors),
+        genrms=tuple(e.genrm.name for e in genrms))
+
+
 def profile_experiments(exps: Sequence[Experiment], device: str, points: Optional[Points] = None,
-                        tick: Optional[Tick] = None, seed: int = 0) -> Profile:
-    """Measure every distinct actor (and GenRM) of `exps` on this machine; one profile."""
+                        tick: Optional[Tick] = None, seed: int = 0,
+                        base: Optional[tuple[Profile, str]] = None) -> Profile:
+    """Measure every distinct actor (and GenRM) of `exps` on this machine; one profile.
+    `base`: (profile, its path) to take the Ray-path terms from, rescaled to this host
+    (`yatt.profiling.carry`), when it has all of them for `exps`; else every term is
+    measured."""
     import numpy as np
 
     from yatt.profiling import microbench as mb
-    from yatt.profiling import microbench_engines as mbe
-    from yatt.profiling import microbench_ray as mbr
 
     pts = points or Points()
     tick = tick or (lambda _what: None)
@@ -349,6 +359,39 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                                           stop_cap(exps, e.actor.name)) for e in actors}
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     probe += mb.host_probe_parts(pts.host_probe_s)
+    if base is not None and not carry.lacks(base[0], ray_needs(exps, pts, device), device):
+        models, fields, note = carry.carried(base[0], base[1], models, carry.probe_now(probe))
+        fields.update(load_avg=round((load0 + os.getloadavg()[0]) / 2, 2))
+    else:
+        models, fields, note = _ray_tables(exps, device, pts, tick, seed, models, load0)
+    probe += mb.host_probe_parts(pts.host_probe_s)
+    tables = ProfileTables(device=device, models=models, **fields,
+                           host_probe_s=round(statistics.median(a + b for a, b in probe), 6),
+                           host_probe_python_s=round(statistics.median(a for a, _ in probe), 6),
+                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6))
+    first = models[actors[0].actor.name]
+    # the analytic fallback (terms without a table) gets this machine's fixed overheads too
+    eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,
+                              switch_overhead_s=first.engine.stop_s,
+                              sync_overhead_s=first.weight_sync_s)
+    c = exps[0].cluster
+    names = " ".join(e.name for e in exps)
+    took = f"{time.perf_counter() - t_start:.0f} s" + (f"; {note}" if note else "")
+    return Profile(efficiency=eff, hardware=f"{c.num_gpus} x {c.gpu.name} ({device})",
+                   source=f"yatt profile {names} --device {device} ({took})", tables=tables)
+
+
+def _ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
+                models: dict, load0: float) -> tuple[dict, dict, str]:
+    """(models with their Ray-path tables, the host-wide ProfileTables fields, "") measured
+    through Ray: TP / DP groups, weight sync to engine actors, round trips, transfers, the
+    stream hand-off, engine call overheads and host contention."""
+    from yatt.profiling import microbench as mb
+    from yatt.profiling import microbench_engines as mbe
+    from yatt.profiling import microbench_ray as mbr
+
+    models = dict(models)
+    actors, genrms = models_to_measure(exps)
     # after the in-process tables: the Ray benchmarks share one session (a session per
     # benchmark would cost seconds each)
     with mbr.local_ray() if pts.ray else contextlib.nullcontext():
@@ -392,21 +435,5 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
             if ec:
                 models[e.genrm.name] = _with_engine(models[e.genrm.name], contention=ec)
         c_load = round((c_load0 + os.getloadavg()[0]) / 2, 2) if cont else 0.0
-    probe += mb.host_probe_parts(pts.host_probe_s)
-    tables = ProfileTables(device=device, rpc_s=rpc, load_avg=load, models=models,
-                           contention=cont, contention_load_avg=c_load,
-                           transfer=_points(moved),
-                           handoff_s=round(handoff, 6),
-                           host_probe_s=round(statistics.median(a + b for a, b in probe), 6),
-                           host_probe_python_s=round(statistics.median(a for a, _ in probe), 6),
-                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6))
-    first = models[actors[0].actor.name]
-    # the analytic fallback (terms without a table) gets this machine's fixed overheads too
-    eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,
-                              switch_overhead_s=first.engine.stop_s,
-                              sync_overhead_s=first.weight_sync_s)
-    c = exps[0].cluster
-    names = " ".join(e.name for e in exps)
-    return Profile(efficiency=eff, hardware=f"{c.num_gpus} x {c.gpu.name} ({device})",
-                   source=f"yatt profile {names} --device {device} "
-                          f"({time.perf_counter() - t_start:.0f} s)", tables=tables)
+    return models, dict(rpc_s=rpc, load_avg=load, contention=cont, contention_load_avg=c_load,
+                        transfer=_points(moved), handoff_s=round(handoff, 6)), ""

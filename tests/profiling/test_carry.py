@@ -1,0 +1,122 @@
+"""A quick profile's Ray-path terms carried from a base profile (`yatt.profiling.carry`):
+the shipped profile covers the demo and fidelity experiments, a base without a term says
+which one, and the carried terms are the base's times the ratio this host ran the tables
+both profiles measured, by kind. Pure: the "measured" tables here are the shipped ones
+scaled by known factors, so every expected number follows from the arithmetic."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from yatt.core.config import load_experiment
+from yatt.planner.coverage import missing_terms
+from yatt.planner.hostscale import HostProbe
+from yatt.planner.profile_io import load_profile
+from yatt.profiling.carry import carried, lacks, measured_ratios
+from yatt.profiling.profile import Points, ray_needs
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIGS = [ROOT / "configs" / "demo-cpu.yaml"] + sorted((ROOT / "configs" / "fidelity").glob("*.yaml"))
+SHIPPED = ROOT / "configs" / "profiles" / "cpu-local.yaml"
+COMPUTE, INTERP = 1.3, 1.2   # how much slower the made-up host runs each kind
+
+
+@pytest.fixture(scope="module")
+def exps():
+    return [load_experiment(c) for c in CONFIGS]
+
+
+@pytest.fixture(scope="module")
+def base():
+    return load_profile(SHIPPED)
+
+
+def _rows(rows, k):
+    return tuple(tuple(r[:-1]) + (r[-1] * k,) for r in rows)
+
+
+def _here(base):
+    """The in-process tables a quick profile would measure on a host COMPUTE / INTERP times
+    slower, with no Ray-path table (the quick profile measures none of them)."""
+    out = {}
+    for name, m in base.tables.models.items():
+        e = m.engine and dataclasses.replace(
+            m.engine, decode=_rows(m.engine.decode, COMPUTE), prefill=_rows(m.engine.prefill, COMPUTE),
+            join=_rows(m.engine.join, COMPUTE), start_s=m.engine.start_s * INTERP,
+            stop_s=m.engine.stop_s * INTERP, call=(), contention=())
+        out[name] = dataclasses.replace(
+            m, train=_rows(m.train, COMPUTE), logprob=_rows(m.logprob, COMPUTE), engine=e,
+            weight_sync_s=m.weight_sync_s * INTERP, train_tp=(), train_dp=(), sync=())
+    return out
+
+
+def test_the_shipped_profile_covers_the_quick_set_of_every_shipped_cpu_config(exps, base):
+    need = ray_needs(exps, Points.quick(), "cpu")
+    assert need.ray and need.streams and need.busy and need.actors and need.genrms
+    assert lacks(base, need, "cpu") == ()
+    for e in exps:
+        assert lacks(base, ray_needs([e], Points.quick(), "cpu"), "cpu") == (), e.name
+
+
+def test_a_base_without_a_term_names_it(exps, base):
+    need = ray_needs(exps, Points.quick(), "cpu")
+    t = base.tables
+    stripped = dataclasses.replace(base, tables=dataclasses.replace(
+        t, handoff_s=0.0, contention=(),
+        models={k: dataclasses.replace(m, sync=m.sync[:1]) for k, m in t.models.items()}))
+    got = set(lacks(stripped, need, "cpu"))
+    assert {"handoff_s", "contention", "tiny-actor: sync"} <= got
+    assert lacks(base, need, "cuda") == ("cuda tables",)
+    assert lacks(dataclasses.replace(base, tables=None), need, "cpu") == ("cpu tables",)
+    # a model the base never measured
+    other = dataclasses.replace(t, models={k: m for k, m in t.models.items() if k != "tiny-genrm"})
+    assert "tiny-genrm: engine.call" in lacks(dataclasses.replace(base, tables=other), need, "cpu")
+    # without Ray (the smoke set) nothing is taken from a base
+    assert lacks(stripped, ray_needs(exps, Points.smoke(), "cpu"), "cpu") == ()
+
+
+def test_ratios_come_from_the_tables_both_profiles_measured(base):
+    r = measured_ratios(base, _here(base))
+    assert r.compute == pytest.approx(COMPUTE, rel=1e-9)
+    assert r.interpreter == pytest.approx(INTERP, rel=1e-9)
+    # nothing in common: no ratio (the caller falls back to the probe)
+    assert measured_ratios(base, {"someone-else": base.tables.models["tiny-actor"]}) is None
+
+
+def test_carried_terms_are_the_base_rescaled_by_kind(exps, base):
+    here = _here(base)
+    now = HostProbe(python_s=1.0, matmul_s=1.0)
+    models, fields, note = carried(base, "cpu-local.yaml", here, now)
+    t = base.tables
+    a, b = models["tiny-actor"], t.models["tiny-actor"]
+    # measured here: kept as measured
+    assert a.train == here["tiny-actor"].train and a.engine.start_s == here["tiny-actor"].engine.start_s
+    # interpreter-bound Ray-path terms follow the interpreter ratio (rounded to 1e-6 s)
+    tol = 1e-6
+    assert fields["rpc_s"] == pytest.approx(t.rpc_s * INTERP, abs=tol)
+    assert fields["handoff_s"] == pytest.approx(t.handoff_s * INTERP, abs=tol)
+    assert [s for _, s in a.sync] == pytest.approx([s * INTERP for _, s in b.sync], abs=tol)
+    assert [r[-1] for r in a.engine.call] == pytest.approx([r[-1] * INTERP for r in b.engine.call], abs=tol)
+    # trainer groups are compute tables
+    assert [r[-1] for r in a.train_tp] == pytest.approx([r[-1] * COMPUTE for r in b.train_tp], abs=tol)
+    assert [r[-1] for r in a.train_dp] == pytest.approx([r[-1] * COMPUTE for r in b.train_dp], abs=tol)
+    # contention is a ratio: unchanged
+    assert fields["contention"] == t.contention
+    g = models["tiny-genrm"]
+    assert g.engine.contention == t.models["tiny-genrm"].engine.contention
+    assert "cpu-local.yaml" in note and f"x{INTERP:.2f} interpreter-bound" in note
+    # every term an experiment needs is there again
+    prof = dataclasses.replace(base, tables=dataclasses.replace(t, models=models, **fields))
+    for e in exps:
+        assert missing_terms(prof, e) == (), e.name
+
+
+def test_without_shared_tables_the_probe_rescales(base):
+    t = base.tables
+    now = HostProbe(python_s=t.host_probe_s, matmul_s=t.host_probe_s)   # twice the probe
+    models, fields, note = carried(base, "b.yaml", {}, now)
+    assert models == {}
+    assert fields["rpc_s"] == pytest.approx(t.rpc_s * 2, abs=1e-6)
+    assert "probe x2.00" in note
