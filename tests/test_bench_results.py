@@ -79,10 +79,12 @@ def _script(result: Path) -> Path:
 
 
 def _writes(script: Path, result: Path) -> bool:
-    """Whether that command writes `result`: it passes the path, or the script's source
-    names the file (its default output)."""
+    """Whether that command writes `result`: it passes the path (or its bare name, which
+    the benches put in bench/results/), or the script's source names the file (its default
+    output)."""
     rel = str(result.relative_to(ROOT))
-    return rel in _command(result)[2:] or f'"{result.name}"' in script.read_text()
+    args = _command(result)[2:]
+    return rel in args or result.name in args or f'"{result.name}"' in script.read_text()
 
 
 def _names_in(script: Path) -> list[re.Pattern]:
