@@ -32,8 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="re-profile a host in about a minute: the model tables with fewer "
                         "points and repetitions, and the Ray-path terms (round trips, "
                         "hand-off, engine calls, weight sync, TP/DP groups, contention) from "
-                        "--base rescaled to this host by its probe, when the base has them "
-                        "all for these models (else they are measured too)")
+                        "--base, rescaled by how this host ran the tables both measured, "
+                        "when the base has them all for these models (else measured too)")
     p.add_argument("--base", default=None, metavar="PROFILE",
                    help="with --quick: the profile to take the Ray-path terms from "
                         "(default: the profile shipped for the config's device kind)")
