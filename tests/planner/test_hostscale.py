@@ -158,3 +158,9 @@ def test_interpreter_part_alone_can_leave_the_band():
     r = HostRatios(whole=1.05, interpreter=1.3, compute=1.05, matmul=0.9)
     assert r.outside_band()
     assert "interpreter-bound terms x1.30" in host_line(r) and "\n" not in host_line(r)
+
+
+def test_probe_from_samples_takes_each_parts_median():
+    # an outlier in one part moves neither median
+    parts = [(1.0, 4.0), (9.0, 2.0), (2.0, 3.0)]
+    assert HostProbe.from_parts(parts) == HostProbe(python_s=2.0, matmul_s=3.0)

@@ -24,8 +24,9 @@ Pure: the measuring lives in `yatt.profiling.hostcheck`.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence
 
 from .costmodel import Efficiency
 from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
@@ -47,6 +48,12 @@ class HostProbe:
     @property
     def total_s(self) -> float:
         return self.python_s + self.matmul_s
+
+    @classmethod
+    def from_parts(cls, parts: Sequence[tuple[float, float]]) -> "HostProbe":
+        """The medians of the probe's (Python, matmul) samples."""
+        return cls(python_s=statistics.median(a for a, _ in parts),
+                   matmul_s=statistics.median(b for _, b in parts))
 
 
 @dataclass(frozen=True)

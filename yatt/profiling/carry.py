@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Optional
 
 from yatt.planner.hostscale import HostProbe, HostRatios, host_ratios, ratio_text, rescale_profile
 from yatt.planner.profile_io import ModelTables, Profile
@@ -99,12 +99,6 @@ def measured_ratios(base: Profile, models: dict[str, ModelTables]) -> Optional[H
         return None
     c = statistics.median(compute)
     return HostRatios(whole=c, interpreter=statistics.median(interp), compute=c)
-
-
-def probe_now(parts: Sequence[tuple[float, float]]) -> HostProbe:
-    """The probe's (Python, matmul) samples of this run as one HostProbe (medians)."""
-    return HostProbe(python_s=statistics.median(a for a, _ in parts),
-                     matmul_s=statistics.median(b for _, b in parts))
 
 
 def _ray_fields(measured: ModelTables, base: ModelTables) -> ModelTables:

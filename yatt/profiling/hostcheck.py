@@ -12,7 +12,6 @@ keeps the profile as measured: reproducible planning.
 from __future__ import annotations
 
 import os
-import statistics
 from dataclasses import dataclass
 from typing import Optional
 
@@ -72,8 +71,7 @@ def measure(seconds: float = CHECK_S) -> Optional[HostProbe]:
         parts = mb.host_probe_parts(seconds)
     finally:
         torch.set_num_threads(threads)
-    return HostProbe(python_s=statistics.median(a for a, _ in parts),
-                     matmul_s=statistics.median(b for _, b in parts))
+    return HostProbe.from_parts(parts)
 
 
 def _skip(profile: Optional[Profile], line: str) -> HostCheck:

@@ -22,6 +22,7 @@ from typing import Callable, Optional, Sequence
 from yatt.core.plan import Experiment
 
 from yatt.planner.costmodel import Efficiency
+from yatt.planner.hostscale import HostProbe
 from yatt.planner.profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
 
 from . import carry
@@ -360,7 +361,7 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     models.update({e.genrm.name: _genrm_tables(e, device, pts, rng, tick, seed) for e in genrms})
     probe += mb.host_probe_parts(pts.host_probe_s)
     if base is not None and not carry.lacks(base[0], ray_needs(exps, pts, device), device):
-        models, fields, note = carry.carried(base[0], base[1], models, carry.probe_now(probe))
+        models, fields, note = carry.carried(base[0], base[1], models, HostProbe.from_parts(probe))
         fields.update(load_avg=round((load0 + os.getloadavg()[0]) / 2, 2))
     else:
         models, fields, note = _ray_tables(exps, device, pts, tick, seed, models, load0)
