@@ -91,3 +91,19 @@ def test_check_runnable_takes_tp_engines_and_a_pp_trainer_and_refuses_in_one_lin
     with pytest.raises(InputError, match="trainer.tp"):
         check_runnable(make_plan(wide, Mode.COLOCATE, trainer_tp=2,
                                  release=ReleasePolicy.TEARDOWN), 2)
+
+
+def test_cpu_kv_cache_holds_every_sequence_at_full_length_and_is_capped(tmp_path):
+    import json
+
+    from yatt.exec.rollout import CPU_BLOCK_TOKENS, CPU_KV_CAP_BYTES, EngineConfig, cpu_kv_bytes
+
+    (tmp_path / "config.json").write_text(json.dumps(dict(
+        num_attention_heads=4, num_key_value_heads=2, hidden_size=128, num_hidden_layers=2)))
+    per_token = 2 * 2 * 2 * (128 // 4) * 4          # K and V, layers, KV heads, head_dim, fp32
+    cfg = EngineConfig(str(tmp_path), max_model_len=200, max_num_seqs=3)
+    blocks = 2 * 3 + 1                               # 200 tokens take 2 blocks of 128; +1 spare
+    assert cpu_kv_bytes(cfg) == blocks * CPU_BLOCK_TOKENS * per_token
+    half = dataclasses.replace(cfg, dtype="bfloat16")
+    assert cpu_kv_bytes(half) == cpu_kv_bytes(cfg) // 2
+    assert cpu_kv_bytes(dataclasses.replace(cfg, max_num_seqs=10**6)) == CPU_KV_CAP_BYTES

@@ -15,7 +15,8 @@ from typing import Optional
 COMMON_ENV = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
               "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
 # Only on CPU "devices" (one thread each; vLLM-CPU specifics).
-CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
+# (the KV cache is sized per engine: rollout.cpu_kv_bytes)
+CPU_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "VLLM_CPU_OMP_THREADS_BIND": "nobind", "VLLM_LOGGING_LEVEL": "WARNING",
            "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS": "1"}
 

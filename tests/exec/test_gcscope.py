@@ -1,0 +1,50 @@
+"""gcscope: inside the block a full collection leaves old cycles; outside it frees them."""
+from __future__ import annotations
+
+import gc
+import weakref
+
+from yatt.exec.gcscope import young_collections
+
+
+class _Node:
+    def __init__(self) -> None:
+        self.me = self   # a reference cycle: only the cyclic collector frees it
+
+
+def _old_garbage() -> weakref.ref:
+    """A cycle promoted to the oldest generation, then made unreachable."""
+    node = _Node()
+    gc.collect()   # survives: now in generation 2
+    ref = weakref.ref(node)
+    del node
+    return ref
+
+
+def test_full_collection_is_young_inside_the_block_and_full_after():
+    ref = _old_garbage()
+    with young_collections():
+        assert gc.collect() >= 0
+        assert ref() is not None   # generation 2 was not walked
+        with young_collections():  # nested: still young, and the outer block restores
+            gc.collect(2)
+        assert ref() is not None
+    gc.collect()
+    assert ref() is None
+
+
+def test_disabled_block_collects_fully():
+    ref = _old_garbage()
+    with young_collections(enabled=False):
+        gc.collect()
+        assert ref() is None
+
+
+def test_the_real_collect_is_restored_after_an_error():
+    full = gc.collect
+    try:
+        with young_collections():
+            raise RuntimeError("boom")
+    except RuntimeError:
+        pass
+    assert gc.collect is full
