@@ -390,8 +390,20 @@ def _quick_profile(d: dict) -> list[str]:
     return out
 
 
+def _engine_cycle(d: dict) -> list[str]:
+    out = [f"One CPU engine destroyed and re-created (`release: teardown`), medians of "
+           f"{d.get('rounds')} interleaved rounds; KV cache sized by yatt: "
+           + ", ".join(f"{k} {_fmt(v / 2**20)} MiB" for k, v in d.get("kv_bytes_yatt", {}).items())
+           + f"; resident memory after the last round {d.get('rss_mb_after')} MB.", ""]
+    rows = [[r["variant"], r["model"], r["create_s"], r["teardown_s"], r["cycle_s"],
+             f"{_fmt(r['speedup'])}x", r["generate_s"]] for r in d.get("rows", [])]
+    return out + _table(["variant", "model", "create s", "teardown s", "cycle s",
+                         "vs vLLM defaults", "generate s (8 x 8 tokens)"], rows)
+
+
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
-    "checkpoint": _checkpoint, "controllers": _controllers, "faults": _faults, "fidelity": _fidelity,
+    "checkpoint": _checkpoint, "controllers": _controllers, "engine_cycle": _engine_cycle,
+    "faults": _faults, "fidelity": _fidelity,
     "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,
     "plan_speed": _plan_speed, "quick_profile": _quick_profile, "sim_speed": _sim_speed,

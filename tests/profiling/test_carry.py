@@ -115,8 +115,10 @@ def test_carried_terms_are_the_base_rescaled_by_kind(exps, base):
 
 def test_without_shared_tables_the_probe_rescales(base):
     t = base.tables
-    now = HostProbe(python_s=t.host_probe_s, matmul_s=t.host_probe_s)   # twice the probe
+    # both parts of the probe twice as slow (a profile without parts: the whole probe twice)
+    now = (HostProbe(python_s=2 * t.host_probe_python_s, matmul_s=2 * t.host_probe_matmul_s)
+           if t.host_probe_python_s > 0 else HostProbe(t.host_probe_s, t.host_probe_s))
     models, fields, note = carried(base, "b.yaml", {}, now)
     assert models == {}
     assert fields["rpc_s"] == pytest.approx(t.rpc_s * 2, abs=1e-6)
-    assert "probe x2.00" in note
+    assert f"probe x{now.total_s / t.host_probe_s:.2f}" in note
