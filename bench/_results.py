@@ -404,7 +404,8 @@ def _engine_cycle(d: dict) -> list[str]:
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "checkpoint": _checkpoint, "controllers": _controllers, "engine_cycle": _engine_cycle,
     "faults": _faults, "fidelity": _fidelity,
-    "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
+    "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "fidelity-run3": _fidelity,
+    "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,
     "plan_speed": _plan_speed, "quick_profile": _quick_profile, "sim_speed": _sim_speed,
     "vs_trl": _vs_trl,
