@@ -1,10 +1,10 @@
 """What a CPU engine's teardown-and-re-create costs, and what yatt's two measures save.
 
 Why: on CPU "devices" vLLM has no sleep mode, so a phase that releases an engine destroys
-it and the next phase re-creates it (`release: teardown`, the demo's policy). Most of that
-cycle was not the model: vLLM's eight `gc.collect()` calls walk the whole heap of torch,
-vLLM and Megatron objects (its shutdown unfreezes it first), and the KV cache was a fixed
-1 GiB that is zeroed at every start. yatt's CPU engine collects only the young generations
+it and the next phase re-creates it (`release: teardown`, the demo's policy). With vLLM's
+defaults most of that cycle is not the model: its eight `gc.collect()` calls walk the whole
+heap of torch, vLLM and Megatron objects (its shutdown unfreezes it first), and the KV cache
+(`VLLM_CPU_KVCACHE_SPACE`, whole GiB) is zeroed at every start. yatt's CPU engine collects only the young generations
 inside start and teardown and ends a teardown with one full collection
 (`yatt.exec.gcscope`), and sizes the KV cache to the engine's own sequences
 (`yatt.exec.rollout.cpu_kv_bytes`). This bench times the cycle of the demo models
