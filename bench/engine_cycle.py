@@ -29,25 +29,39 @@ import os
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 OUT = ROOT / "bench" / "results" / "engine_cycle.json"
-VARIANTS = ("vllm_defaults", "young_gc", "yatt")
 ONE_GIB = 1 << 30
 
 
+@dataclass(frozen=True)
+class Variant:
+    """Which of yatt's two measures a variant keeps (the others are patched out)."""
+
+    name: str
+    young_gc: bool
+    sized_kv: bool
+
+
+VARIANTS = (Variant("vllm_defaults", young_gc=False, sized_kv=False),
+            Variant("young_gc", young_gc=True, sized_kv=False),
+            Variant("yatt", young_gc=True, sized_kv=True))
+
+
 @contextlib.contextmanager
-def variant(name: str):
-    """The executor's engine as `name` runs it (the two baselines patch its two measures)."""
+def variant(v: Variant):
+    """The executor's engine as `v` runs it."""
     from yatt.exec import rollout
 
     young, kv = rollout.young_collections, rollout.cpu_kv_bytes
-    if name == "vllm_defaults":
+    if not v.young_gc:
         rollout.young_collections = lambda enabled=True: contextlib.nullcontext()
-    if name in ("vllm_defaults", "young_gc"):
+    if not v.sized_kv:
         rollout.cpu_kv_bytes = lambda cfg: ONE_GIB
     try:
         yield
@@ -104,10 +118,10 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (v, k), ts in times.items():
         create, gen, stop = (statistics.median(t[i] for t in ts) for i in range(3))
-        rows.append({"variant": v, "model": k, "create_s": round(create, 3),
+        rows.append({"variant": v.name, "model": k, "create_s": round(create, 3),
                      "teardown_s": round(stop, 3), "cycle_s": round(create + stop, 3),
                      "generate_s": round(gen, 3)})
-    base = {r["model"]: r["cycle_s"] for r in rows if r["variant"] == "vllm_defaults"}
+    base = {r["model"]: r["cycle_s"] for r in rows if r["variant"] == VARIANTS[0].name}
     for r in rows:
         r["speedup"] = round(base[r["model"]] / r["cycle_s"], 2)
     data = {"rounds": args.rounds, "models": {k: m.name for k, m in models.items()},

@@ -99,7 +99,8 @@ def test_cpu_kv_cache_holds_every_sequence_at_full_length_and_is_capped(tmp_path
     from yatt.exec.rollout import CPU_BLOCK_TOKENS, CPU_KV_CAP_BYTES, EngineConfig, cpu_kv_bytes
 
     (tmp_path / "config.json").write_text(json.dumps(dict(
-        num_attention_heads=4, num_key_value_heads=2, hidden_size=128, num_hidden_layers=2)))
+        num_attention_heads=4, num_key_value_heads=2, hidden_size=128, num_hidden_layers=2,
+        intermediate_size=256, vocab_size=512)))
     per_token = 2 * 2 * 2 * (128 // 4) * 4          # K and V, layers, KV heads, head_dim, fp32
     cfg = EngineConfig(str(tmp_path), max_model_len=200, max_num_seqs=3)
     blocks = 2 * 3 + 1                               # 200 tokens take 2 blocks of 128; +1 spare

@@ -13,7 +13,7 @@ from .errors import InputError
 from .safeio import read_text_at_most
 from .schema import from_dict
 
-_DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}   # HF dtype name -> bytes per element
 _FIELDS = {  # ModelSpec field: config.json key
     "layers": "num_hidden_layers", "hidden": "hidden_size", "intermediate": "intermediate_size",
     "heads": "num_attention_heads", "vocab": "vocab_size",
@@ -48,7 +48,7 @@ def model_spec_from_hf(path: str | Path, name: str = ""):
         tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         head_dim=int(cfg.get("head_dim") or 0),
         qkv_bias=bool(cfg.get("attention_bias", mt == "qwen2")),
-        dtype_bytes=_DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))), 2),
+        dtype_bytes=DTYPE_BYTES.get(str(cfg.get("torch_dtype", cfg.get("dtype", "bfloat16"))), 2),
         hf_path=str(path.resolve()),
         source=f"{cfg_file} ({mt or 'unknown type'})",
     )

@@ -59,14 +59,12 @@ def cpu_kv_bytes(cfg: EngineConfig) -> int:
     `max_model_len` tokens at once (so it never preempts), at most CPU_KV_CAP_BYTES.
     Sized to the job because allocating (zeroing) the cache is most of a CPU engine's
     re-create: 0.6 s for 1 GiB, 0.03 s for the demo's few MiB."""
-    import json
-    from pathlib import Path
+    import dataclasses
 
-    hf = json.loads((Path(cfg.model_path) / "config.json").read_text())
-    heads = int(hf["num_attention_heads"])
-    head_dim = int(hf.get("head_dim") or int(hf["hidden_size"]) // heads)
-    per_token = (2 * int(hf["num_hidden_layers"]) * int(hf.get("num_key_value_heads") or heads)
-                 * head_dim * (2 if cfg.dtype in ("bfloat16", "float16") else 4))
+    from yatt.core.hfspec import DTYPE_BYTES, model_spec_from_hf
+
+    spec = model_spec_from_hf(cfg.model_path)
+    per_token = dataclasses.replace(spec, dtype_bytes=DTYPE_BYTES[cfg.dtype]).kv_bytes_per_token
     blocks = -(-cfg.max_model_len // CPU_BLOCK_TOKENS) * cfg.max_num_seqs + 1
     return min(blocks * CPU_BLOCK_TOKENS * per_token, CPU_KV_CAP_BYTES)
 
