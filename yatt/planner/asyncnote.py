@@ -17,7 +17,7 @@ from yatt.core.trace import Trace
 from yatt.sim.metrics import busy_within
 
 from .assess import GENERATION, step_parts
-from .explain import why_winner
+from .explain import close_call, why_winner
 
 
 @dataclass(frozen=True)
@@ -140,4 +140,7 @@ def mode_verdicts(result) -> list[str]:
             lines.insert(0, verdict)
         else:
             lines.append(verdict)
+    note = close_call([result.best_of(m) for m in Mode])
+    if note:
+        lines.append(note)
     return lines

@@ -123,6 +123,27 @@ def why_winner(best, other, best_trace: Trace, other_trace: Trace,
     return head + ": " + "; ".join(bits) + "."
 
 
+# The a-priori error the cost model is held to (docs/fidelity.md: median end-to-end error
+# with the host rescale); modes closer than this are not told apart by a prediction.
+CLOSE_CALL = 0.10
+
+
+def close_call(bests: list) -> str:
+    """One line when the best plans of the two leading modes (candidates with `.plan` and
+    `.mean`, one per mode) are within CLOSE_CALL of each other, else ""."""
+    ranked = sorted((c for c in bests if c is not None), key=lambda c: c.mean)
+    if len(ranked) < 2 or ranked[1].mean <= 0:
+        return ""
+    a, b = ranked[:2]
+    gap = (b.mean - a.mean) / b.mean
+    if gap >= CLOSE_CALL:
+        return ""
+    return (f"close call: {a.plan.mode.value} and {b.plan.mode.value} are {gap * 100:.1f}% apart, "
+            f"inside the {CLOSE_CALL * 100:.0f}% the cost model is held to before a run "
+            f"(docs/fidelity.md); measure both, e.g. `yatt run CONFIG --mode {b.plan.mode.value} "
+            "--steps 5`, whose predicted-vs-measured line shows which holds here.")
+
+
 def _mode(plan: Plan) -> str:
     return "partial colocate" if plan.mode is Mode.PARTIAL else "full colocate"
 
