@@ -142,7 +142,8 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         res["snap"] = state_leaves(snap)
         if opts.get("snap_file"):
             torch.save(snap, f"{opts['snap_file']}{rank}")
-        res["stall_s"] = tr.save_checkpoint(opts["state_roundtrip"], async_save=True)
+        res["stall_s"] = tr.save_checkpoint(opts["state_roundtrip"], async_save=True,
+                                            thread_writer=opts.get("thread_writer"))
         res["after"] = [tr.train_step(b) for b in later]          # overlaps the write
         res["state_after"] = state_leaves(tr.snapshot())
         res["sealed"] = tr.poll_checkpoints(blocking=True)
@@ -286,3 +287,71 @@ def hf_logprobs(path, input_ids, prompt_lens):
             lp = torch.log_softmax(model(x).logits[0].float(), -1)
             out.append([lp[t - 1, ids[t]].item() for t in range(p, len(ids))])
     return out
+
+
+def run_thread_writer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> None:
+    """Two asynchronous saves through ckpt_writer.ThreadCallsQueue on `world` gloo ranks: one
+    whose tensors change right after the hand-off (the write must hold the state as saved),
+    loaded back; one whose rank-0 write meets a full disk. Saves what each rank saw."""
+    import contextlib
+    import os
+    import threading
+
+    import torch
+    torch.set_num_threads(1)
+    from yatt.exec import faults, megatron_shim
+    megatron_shim.install()
+    from megatron.core import dist_checkpointing
+    from megatron.core.dist_checkpointing.mapping import ShardedTensor
+    from megatron.core.dist_checkpointing.strategies import filesystem_async
+    from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    from yatt.exec.ckpt_writer import ThreadCallsQueue
+    from yatt.exec.trainer_state import _write_failure
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
+                                         rank=rank, world_size=world)
+    forks = []
+    real_fork = os.fork
+    os.fork = lambda: forks.append(1) or real_fork()
+    res: dict = {}
+    w = torch.arange(4, dtype=torch.float32) + 10 * rank
+
+    def sd(t):
+        return {"w": ShardedTensor.from_rank_offsets("w", t, (0, rank, world))}
+
+    stepped = threading.Event()
+
+    @contextlib.contextmanager
+    def after_the_step():              # the writer starts only once the tensor has changed
+        stepped.wait()
+        yield
+
+    q = ThreadCallsQueue()
+    strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1)
+    good = Path(out_dir) / "good"
+    good.mkdir(exist_ok=True)
+    q.around = after_the_step()
+    q.schedule_async_request(dist_checkpointing.save(sd(w), str(good), sharded_strategy=strategy,
+                                                     async_sharded_save=True))
+    w.add_(100.0)                      # the next training step changes the live tensor
+    stepped.set()
+    res["finalised"] = q.maybe_finalize_async_calls(blocking=True)
+    loaded = dist_checkpointing.load(sd(torch.zeros(4)), str(good))
+    res["loaded"] = loaded["w"].tolist()
+    bad = Path(out_dir) / "full"
+    bad.mkdir(exist_ok=True)
+    if rank == 0:
+        q.around = faults.full_disk(filesystem_async, "_write_item")
+    q.schedule_async_request(dist_checkpointing.save(sd(w), str(bad), sharded_strategy=strategy,
+                                                     async_sharded_save=True))
+    try:
+        q.maybe_finalize_async_calls(blocking=True)
+        res["full_disk"] = None
+    except CheckpointException as e:
+        res["full_disk"] = _write_failure(e)
+    res["forks"] = len(forks)
+    res["write_item_restored"] = filesystem_async._write_item.__module__ != faults.__name__
+    os.fork = real_fork
+    torch.save(res, Path(out_dir) / f"rank{rank}.pt")
+    torch.distributed.destroy_process_group()

@@ -279,15 +279,19 @@ def _with_checkpoint(plan, tmp_path: Path, **changes) -> Path:
 @pytest.mark.slow
 def test_a_required_checkpoint_that_cannot_be_written_stops_the_run(plan, tmp_path, monkeypatch,
                                                                      capsys):
+    """Synchronous saves: the one after step 1 fails on trainer rank 0's shard write (the
+    thread writer's save waited for, finalised on every rank), and `required` stops the run
+    with one line, step 0's checkpoint intact."""
     from yatt.exec import checkpoint as ckpt
-    monkeypatch.setenv("YATT_FAULTS", "checkpoint.enospc@2")
+    monkeypatch.setenv("YATT_FAULTS", "trainer.enospc@2")
+    monkeypatch.setenv("YATT_FAULT_DIR", str(tmp_path))
     out = tmp_path / "required"
     capsys.readouterr()
-    assert _cli_run(_with_checkpoint(plan, tmp_path, required=True), out) == 1
+    assert _cli_run(_with_checkpoint(plan, tmp_path, required=True, async_save=False), out) == 1
     said = " ".join(capsys.readouterr().out.split())
     assert ("run stopped: stopping: checkpoint step-000001 could not be written (No space left "
-            "on device (YATT_FAULTS): trace.jsonl); dropped, its partial files removed; newest "
-            "valid checkpoint: step-000000 (checkpoint.required: true)") in said, said
+            "on device (YATT_FAULTS): __0_0.distcp, trainer rank 0); dropped, its partial files "
+            "removed; newest valid checkpoint: step-000000 (checkpoint.required: true)") in said, said
     done = ckpt.complete(out)
     assert [s for s, _ in done] == [0] and ckpt.verify(done[0][1]) is None
     assert not list((out / "checkpoints").glob("*.partial"))

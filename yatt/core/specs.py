@@ -49,6 +49,18 @@ class AdamMoments(str, Enum):
     BF16 = "bf16"  # its precision-aware optimizer (exp_avg/exp_avg_sq_dtype bf16): 8 B/param
 
 
+class CkptWriter(str, Enum):
+    """Who writes an asynchronous checkpoint's shards while training goes on."""
+
+    AUTO = "auto"        # a thread on CPU trainers, a forked process on GPUs
+    THREAD = "thread"    # a thread of the trainer's process (tensors copied to host first)
+    PROCESS = "process"  # megatron's forked writer process
+
+    def thread(self, cpu: bool) -> bool:
+        """Whether a trainer on CPU (`cpu`) or a GPU writes from a thread."""
+        return self is CkptWriter.THREAD or (self is CkptWriter.AUTO and cpu)
+
+
 @dataclass(frozen=True)
 class GpuSpec:
     """One accelerator kind. Bandwidths are per device, one direction, in GB/s (1e9 B/s).
@@ -384,6 +396,8 @@ class CheckpointSpec:
     keep_last: int = spec_field(2, ge=1, le=MAX_LIST, help="sealed checkpoints kept (older ones are deleted)")
     async_save: bool = spec_field(True, help="write the trainer's shards in the background while "
                                              "training goes on")
+    writer: CkptWriter = spec_field(CkptWriter.AUTO, help="who writes an asynchronous save: auto (a "
+                                    "thread on CPU, a forked process on GPU), thread, process")
     max_restarts: int = spec_field(3, ge=0, le=MAX_STEPS, help="actor restarts per run (step redone)")
     max_nonfinite_steps: int = spec_field(3, ge=1, le=MAX_STEPS, help="consecutive non-finite steps that stop the run")
     final: bool = spec_field(True, help="also save after the run's last step (what `yatt export` reads)")

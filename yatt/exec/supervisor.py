@@ -207,7 +207,8 @@ class Supervisor:
         self._saving = [w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers]
         if not async_save:
             self._collect()
-            self._seal(tdir)
+            if tdir in self.pending:   # the thread writer's save comes back finalised
+                self._seal(tdir)
 
     def boundary(self, step: int) -> None:
         """The checkpoint work between two steps: surface the previous boundary's results,

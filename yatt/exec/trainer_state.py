@@ -198,13 +198,15 @@ class TrainerState:
 
     @megatron_shim.on_any_thread
     def save_checkpoint(self, ckpt_dir: str, async_save: bool = False,
-                        optimizer: bool = True) -> float:
+                        optimizer: bool = True, thread_writer: Optional[bool] = None) -> float:
         """Save through `dist_checkpointing` (collective; resharding-capable): model and,
         by default, optimizer state, per-rank RNG and step counters.
 
         `async_save`: only the planning runs here; the write runs in a forked process
         (megatron's async strategy) while training goes on; `poll_checkpoints` finalises
-        it. Returns the seconds this call blocked (the training stall)."""
+        it. `thread_writer`: the write runs on a thread of this process (ckpt_writer.py)
+        instead of a forked one (default: on a CPU trainer); the first asynchronous save
+        decides for the trainer's life. Returns the seconds this call blocked (the stall)."""
         from megatron.core import dist_checkpointing
         t0 = time.perf_counter()
         os.makedirs(ckpt_dir, exist_ok=True)
@@ -215,8 +217,11 @@ class TrainerState:
         from megatron.core.dist_checkpointing.strategies import filesystem_async
         from megatron.core.dist_checkpointing.strategies.async_utils import AsyncCallsQueue
         from megatron.core.dist_checkpointing.strategies.torch import TorchDistSaveShardedStrategy
+
+        from .ckpt_writer import ThreadCallsQueue
         if self._ckpt_queue is None:
-            self._ckpt_queue = AsyncCallsQueue()
+            thread = self.device.type == "cpu" if thread_writer is None else thread_writer
+            self._ckpt_queue = ThreadCallsQueue() if thread else AsyncCallsQueue()
             # One writer per rank; the save plan (a collective) is computed once and reused
             # while the state's structure stays the same: most of the stall is that plan.
             self._ckpt_strategy = TorchDistSaveShardedStrategy("torch_dist", 1, thread_count=1,
@@ -229,9 +234,11 @@ class TrainerState:
             sd, ckpt_dir, sharded_strategy=self._ckpt_strategy, async_sharded_save=True,
             validate_access_integrity=not self._ckpt_strategy.validated_cache_reuse)
         fill = self.fault is not None and self.fault.fires("enospc")
-        # the writer forks inside `schedule_async_request`: an injected full disk is in place
-        # for that fork only (faults.py)
+        # an injected full disk (faults.py) is in place for this save's writer only: around
+        # its thread, or across the fork, which keeps it
         full = faults.full_disk(filesystem_async, "_write_item") if fill else contextlib.nullcontext()
+        if isinstance(self._ckpt_queue, ThreadCallsQueue):
+            self._ckpt_queue.around, full = full, contextlib.nullcontext()
         with full:
             self._ckpt_pending[self._ckpt_queue.schedule_async_request(req)] = ckpt_dir
         return time.perf_counter() - t0
@@ -374,8 +381,13 @@ def _write_failure(e: BaseException) -> str:
 
 
 def _writer_exited(queue) -> bool:
-    """Whether the oldest asynchronous checkpoint writer process of `queue` has exited."""
-    proc = getattr(queue.async_calls[0].async_caller, "process", None) if queue.async_calls else None
+    """Whether the oldest asynchronous checkpoint writer (thread or process) of `queue` has
+    finished."""
+    from .ckpt_writer import ThreadAsyncCaller
+    caller = queue.async_calls[0].async_caller if queue.async_calls else None
+    if isinstance(caller, ThreadAsyncCaller):
+        return caller.done()
+    proc = getattr(caller, "process", None)
     if proc is None:
         return True
     return not proc.is_alive() or not os.path.exists(f"/proc/{proc.pid}")

@@ -85,8 +85,9 @@ class TrainerWorker:
                                        master_addr=master_addr, master_port=master_port,
                                        seed=a.seed, device=a.device, pp=a.pp, pad_id=a.pad_id,
                                        dtype=a.dtype)
-        if a.checkpoint.async_save and a.checkpoint.any_trigger:
-            # start megatron's async writer at setup, not in the first save's stall
+        ck = a.checkpoint
+        if ck.async_save and ck.any_trigger and not ck.writer.thread(a.device == "cpu"):
+            # start megatron's forked writers' result queue at setup, not in the first save
             self.trainer.prewarm_async_checkpointing()
         return time.perf_counter() - t0
 
@@ -106,9 +107,16 @@ class TrainerWorker:
         """Finalise the earlier asynchronous writes (collective; the previous one had a whole
         step to finish), then start this one. Returns what `poll_checkpoints` does for the
         earlier writes: the driver sends this call without waiting, so the finalisation runs
-        while the next step's rollout does, not between steps."""
+        while the next step's rollout does, not between steps. A synchronous save on the
+        thread writer is that writer's save waited for here, so it is finalised like the
+        others: a write that fails (a full disk) is returned with its reason on every rank
+        instead of raised on one."""
         done = self.trainer.poll_checkpoints(blocking=True)
-        self.trainer.save_checkpoint(ckpt_dir, async_save=async_save)
+        thread = self.args.checkpoint.writer.thread(self.args.device == "cpu")
+        self.trainer.save_checkpoint(ckpt_dir, async_save=async_save or thread,
+                                     thread_writer=thread)
+        if thread and not async_save:
+            done += self.trainer.poll_checkpoints(blocking=True)
         return done
 
     def poll_checkpoints(self, blocking: bool) -> list[tuple[str, Optional[str]]]:
