@@ -115,21 +115,24 @@ def _checkpoint(d: dict) -> list[str]:
     for r in (d, d.get("also")):
         if not r:
             continue
-        ck = r.get("runs", {}).get("async", {})
+        runs = r.get("runs", {})
+        ck, fork = runs.get("async", {}), runs.get("async_process", {})
         rows.append([r.get("config"), r.get("plan"), r.get("step_s"),
                      f"{_fmt(r.get('stall_s'))} ({_apct(r.get('stall_ratio'))})",
                      f"{_fmt(ck.get('step_s'))} ({_apct(r.get('cost_ratio'))})",
+                     f"{_fmt(fork.get('step_s'))} ({_apct(r.get('process_cost_ratio'))})",
                      f"{_fmt(r.get('sync_stall_s'))} ({_apct(r.get('sync_stall_ratio'))})",
                      f"{_fmt(r.get('snapshot_s'))} ({_apct(r.get('snapshot_ratio'))})",
                      f"{_fmt(r.get('overhead_s'))} ({_apct(r.get('overhead_frac'))})",
                      ck.get("checkpoint_mb")])
     return (["A checkpoint after every step; seconds per step (share of the step without "
              "checkpoints). \"all in\": the step with asynchronous checkpoints plus its stall, "
-             "over the step without, minus 1 (the trainers' hand-off runs during the next step). "
-             "Overhead: step time in which no traced phase ran, run without checkpoints.", ""]
+             "over the step without, minus 1 (the write runs during the next step): by a thread "
+             "of the trainer (the CPU default) or by megatron's forked writer. Overhead: step "
+             "time in which no traced phase ran, run without checkpoints.", ""]
             + _table(["config", "plan", "step s (no checkpoint)", "stall s, async",
-                      "step s, async (all in)", "stall s, sync", "in-memory snapshot s",
-                      "overhead s", "checkpoint MB"], rows))
+                      "step s, async (all in)", "step s, forked writer (all in)", "stall s, sync",
+                      "in-memory snapshot s", "overhead s", "checkpoint MB"], rows))
 
 
 def _controllers(d: dict) -> list[str]:
