@@ -245,7 +245,8 @@ def run_yatt(plan, steps: int, out: Path) -> dict:
               for k in PHASE_COLUMNS if k in m[0] and any(float(r[k]) for r in mid)}
     phases["between steps (trainer snapshot, supervisor, driver)"] = round(steady - phase_steps, 3)
     return {"wall_s": round(wall, 2), "startup_s": extra.get("startup_s"),
-            "startup_parts_s": {k: extra[k] for k in ("trainer_setup_s", "engine_start_s")
+            "startup_parts_s": {k: extra[k] for k in ("ray_init_s", "actor_start_s",
+                                                      "trainer_setup_s", "engine_start_s")
                                 if k in extra},
             "first_step_s": round(float(m[0]["step_s"]), 2),
             "first_step_phases_s": {k[:-2]: round(float(m[0][k]), 3) for k in PHASE_COLUMNS

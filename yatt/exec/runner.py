@@ -96,7 +96,9 @@ def _launch(plan: Plan, placement, job: Job, seed: int, cpu: bool,
         refs = [rcls.options(**placement.options(g[0]), **restarts).remote(
                     job.actor_path, "cpu" if cpu else "cuda", i)
                 for i, g in enumerate(plan.placement(Role.REFERENCE).groups())]
+    t = time.perf_counter()
     addr, port = ray.get(trainers[0].address.remote())
+    rec.extra["actor_start_s"] = round(time.perf_counter() - t, 3)   # a worker process up
     t = time.perf_counter()
     setup = [w.setup.remote(addr, port) for w in trainers]
     # Engines start while the trainers initialise (partial keeps both engine kinds up;
@@ -189,7 +191,9 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     step = start
     guard.install()   # restored in the `finally` below, whatever happens in between
     try:
+        t_ray = time.perf_counter()
         started = ensure_ray(plan.cluster.num_gpus, ray_address, cpu)
+        rec.extra["ray_init_s"] = round(time.perf_counter() - t_ray, 3)
         guard.install()   # ray.init sets its own SIGTERM handler
         exp = plan.experiment
         genrm = exp.algo.reward.needs_genrm
