@@ -73,7 +73,7 @@ def make_batch(dp_rank: int = 0, n: int = 6, seed: int = 0):
     """A fixed, ragged GRPO batch (deterministic per dp_rank)."""
     import random
 
-    from yatt.exec.trainer import TrainBatch
+    from yatt.exec.train_batch import TrainBatch
     rng = random.Random(1000 * seed + dp_rank)
     ids, plens, adv = [], [], []
     for _ in range(n):

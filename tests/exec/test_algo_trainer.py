@@ -20,7 +20,8 @@ def _rank(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch
     torch.set_num_threads(1)
     from yatt.core.specs import KLEstimator
-    from yatt.exec.trainer import MegatronTrainer, TrainBatch
+    from yatt.exec.train_batch import TrainBatch
+    from yatt.exec.trainer import MegatronTrainer
 
     spec = load_spec()
     algo = plain_algo(lr=1e-3, kl_coef=0.2, entropy_coef=0.1, kl_estimator=KLEstimator.K1,
@@ -67,7 +68,8 @@ def _mini_rank(rank: int, world: int, port: int, out_dir: str) -> None:
     import torch
     torch.set_num_threads(1)
     from yatt.core.specs import OldLogprobs
-    from yatt.exec.trainer import MegatronTrainer, TrainBatch
+    from yatt.exec.train_batch import TrainBatch
+    from yatt.exec.trainer import MegatronTrainer
 
     spec = load_spec()
     tr = MegatronTrainer(spec, str(built_model(spec)), plain_algo(lr=0.05), tp=1, dp=1, rank=0,

@@ -10,7 +10,7 @@ from tests.exec._tolerance import adam_weight_tol, grad_norm_rel_tol, logprob_to
 from tests.exec._train_helpers import (built_model, differing_leaves, hf_logprobs, load_spec,
                                        make_batch, spawn_trainers)
 from yatt.core.errors import InputError
-from yatt.exec.trainer import TrainBatch, micro_batches
+from yatt.exec.train_batch import TrainBatch, micro_batches
 
 
 def _assert_same_training(got: dict, ref: dict, batch, lr: float) -> None:

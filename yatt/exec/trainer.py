@@ -36,7 +36,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from yatt.core.balance import group_consecutive, mini_batches
+from yatt.core.balance import mini_batches
 from yatt.core.errors import InputError
 from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec, OldLogprobs
@@ -44,40 +44,8 @@ from yatt.core.specs import AlgoSpec, ModelSpec, OldLogprobs
 from . import faults, megatron_shim
 from .algo import (KL_ESTIMATORS, accept_sequences, acceptance_fraction, behaviour_weight,
                    clipped_tokens, micro_batches_by_length, ppo_clip_loss, total_token_loss)
+from .train_batch import TrainBatch, micro_batches
 from .trainer_state import TrainerState
-
-
-@dataclass(frozen=True)
-class TrainBatch:
-    """One DP rank's share of a step."""
-
-    input_ids: tuple[tuple[int, ...], ...]            # prompt + response tokens per sequence
-    prompt_lens: tuple[int, ...]                      # loss only on response tokens
-    advantages: tuple[float, ...]                     # one per sequence (GRPO)
-    old_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # behaviour policy, per response token
-    ref_logprobs: Optional[tuple[tuple[float, ...], ...]] = None  # reference policy, per response token
-    # the engine's log-probs of the sampled tokens when stale weights sampled them (async):
-    # the loss is weighted by min(pi_old / mu, algo.behaviour_is_cap)
-    behav_logprobs: Optional[tuple[tuple[float, ...], ...]] = None
-
-    def __post_init__(self) -> None:
-        n = len(self.input_ids)
-        if len(self.prompt_lens) != n or len(self.advantages) != n:
-            raise InputError("input_ids, prompt_lens and advantages must have equal length")
-        for name in ("old_logprobs", "ref_logprobs", "behav_logprobs"):
-            lp = getattr(self, name)
-            if lp is None:
-                continue
-            if len(lp) != n or any(len(x) != len(ids) - p
-                                   for x, ids, p in zip(lp, self.input_ids, self.prompt_lens)):
-                raise InputError(f"{name} must hold one value per response token", field=name)
-        if any(not 1 <= p < len(ids) for p, ids in zip(self.prompt_lens, self.input_ids)):
-            raise InputError("each sequence needs 1 <= prompt_len < len(input_ids)", field="prompt_lens")
-
-
-def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[int]]:
-    """Consecutive index groups whose padded size (count x longest) fits the token budget."""
-    return group_consecutive(lengths, lambda count, longest: count * longest <= micro_batch_tokens)
 
 
 @dataclass(frozen=True)

@@ -149,7 +149,7 @@ class TrainerWorker:
         """Train on everything staged (possibly nothing: dynamic sampling can leave a rank
         empty; it still joins the collectives) at learning rate `lr` (None: unchanged),
         with the old log-probs of `recompute_old_logprobs` if it ran on this batch."""
-        from .trainer import TrainBatch
+        from .train_batch import TrainBatch
 
         items = self._items()
         old, self._staged, self._old = self._old, [], None

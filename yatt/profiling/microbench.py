@@ -150,7 +150,7 @@ class TrainBench:
 
     def step_time(self, batch: int, seq: int, reps: int, rng) -> float:
         """Seconds of one `train_step` on `batch` sequences of `seq` tokens (half prompt)."""
-        from yatt.exec.trainer import TrainBatch
+        from yatt.exec.train_batch import TrainBatch
 
         p = max(1, seq // 2)
         times = []
