@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +14,8 @@ from yatt.core.roles import Mode, ReleasePolicy, Role
 from yatt.core.runnable import check_runnable
 from yatt.exec.controller import Moments, shard
 from yatt.exec.runner import release_actions
+
+ROOT = Path(__file__).resolve().parents[2]
 from yatt.exec.task import step_prompts, step_samples
 
 
@@ -96,7 +99,8 @@ def test_check_runnable_takes_tp_engines_and_a_pp_trainer_and_refuses_in_one_lin
 def test_cpu_kv_cache_holds_every_sequence_at_full_length_and_is_capped(tmp_path):
     import json
 
-    from yatt.exec.rollout import CPU_BLOCK_TOKENS, CPU_KV_CAP_BYTES, EngineConfig, cpu_kv_bytes
+    from yatt.core.kvcache import CPU_BLOCK_TOKENS, CPU_KV_CAP_BYTES
+    from yatt.exec.rollout import EngineConfig, cpu_kv_bytes
 
     (tmp_path / "config.json").write_text(json.dumps(dict(
         num_attention_heads=4, num_key_value_heads=2, hidden_size=128, num_hidden_layers=2,
@@ -108,3 +112,21 @@ def test_cpu_kv_cache_holds_every_sequence_at_full_length_and_is_capped(tmp_path
     half = dataclasses.replace(cfg, dtype="bfloat16")
     assert cpu_kv_bytes(half) == cpu_kv_bytes(cfg) // 2
     assert cpu_kv_bytes(dataclasses.replace(cfg, max_num_seqs=10**6)) == CPU_KV_CAP_BYTES
+
+
+@pytest.mark.parametrize("config", ["demo-cpu.yaml", "fidelity/longtail.yaml", "fidelity/wide.yaml"])
+def test_the_cost_model_prices_the_kv_cache_the_executor_allocates(config):
+    """`yatt.core.kvcache.job_kv_bytes` (the planner's view, from the workload) equals the
+    KV cache the executor gives each engine of the job (from its measured prompts)."""
+    from yatt.core.config import load_experiment
+    from yatt.core.kvcache import job_kv_bytes
+    from yatt.exec.job import prepare_job
+    from yatt.exec.rollout import EngineConfig, cpu_kv_bytes
+
+    exp = load_experiment(ROOT / "configs" / config)
+    job = prepare_job(exp, 0, 2)
+    rollout = EngineConfig(job.actor_path, max_model_len=job.max_model_len,
+                           max_num_seqs=exp.engine.max_num_seqs, dtype=job.dtype.value)
+    genrm = EngineConfig(job.genrm_path, max_model_len=job.genrm_max_model_len,
+                         max_num_seqs=exp.engine.genrm_max_num_seqs, dtype=job.dtype.value)
+    assert job_kv_bytes(exp) == (cpu_kv_bytes(rollout), cpu_kv_bytes(genrm))

@@ -40,7 +40,8 @@ def _profile(parts: bool = True) -> Profile:
                                                        (8.0, 68.0, 0.007)),
                       prefill=((1.0, 16.0, 0.007), (8.0, 32.0, 0.012)),
                       join=((4.0, 1.0, 24.0, 0.001), (8.0, 8.0, 64.0, 0.009)),
-                      call=((2.0, 0.01), (32.0, 0.016)), contention=((2.0, 1.1),))
+                      call=((2.0, 0.01), (32.0, 0.016)), contention=((2.0, 1.1),),
+                      restart=((1e7, 1.8, 1.4), (4e8, 2.0, 1.5)))
     actor = ModelTables(train=((1.0, 16.0, 0.02), (8.0, 32.0, 0.04), (4.0, 128.0, 0.06)),
                         logprob=((1.0, 16.0, 0.005), (8.0, 32.0, 0.01)), engine=eng,
                         weight_sync_s=0.02, stop_len=(3, 5, 64), stop_cap=64,
@@ -75,6 +76,8 @@ def test_split_profile_rescales_each_kind_by_its_part():
     assert a1.weight_sync_s == pytest.approx(0.04)
     assert _times(a1.sync) == pytest.approx([0.1, 0.11])
     assert _times(a1.engine.call) == pytest.approx([0.02, 0.032])
+    assert [x for row in a1.engine.restart for x in row] == pytest.approx(
+        [1e7, 3.6, 2.8, 4e8, 4.0, 3.0])
     # compute-bound: x whole (rows keep their sizes)
     for name in ("train", "logprob", "train_tp", "train_dp"):
         old_rows, new_rows = getattr(a0, name), getattr(a1, name)

@@ -144,6 +144,10 @@ def test_profile_tables_round_trip_and_old_files_load(tmp_path):
     ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, call: [[8, -0.01]]}}}}", "call[0]"),
     ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, join: [[4, 0, 24, 0.001]]}}}}",
      "join[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, restart: [[1e6, -0.1, 0.5], "
+     "[2e6, 1, 1]]}}}}", "restart[0]"),
+    ("tables: {models: {m: {engine: {start_s: 1, stop_s: 1, restart: [[1e6, 1, 0.5], "
+     "[1e6, 1.1, 0.6]]}}}}", "restart"),
 ])
 def test_bad_tables_exit_2_and_write_nothing(tmp_path, capsys, body, needle):
     bad = tmp_path / "bad.yaml"
@@ -469,3 +473,51 @@ def test_judge_budget_is_the_clamped_mean_output():
     for mean, want in ((1, 4), (16, 16), (500, 64)):
         ww = dataclasses.replace(w, genrm_output_len=LengthDist(DistKind.CONST, mean))
         assert ww.judge_max_tokens == want
+
+
+MIB = 1 << 20
+
+
+def _with_restart(rows) -> ProfileTables:
+    t = _tables()
+    g = t.models["tiny-genrm"]
+    return dataclasses.replace(t, models={**t.models, "tiny-genrm": dataclasses.replace(
+        g, engine=dataclasses.replace(g.engine, restart=rows))})
+
+
+def test_engine_restart_is_priced_at_the_jobs_kv_cache_size(exp, tmp_path):
+    """A CPU engine's re-create and teardown grow with the KV cache the executor allocates:
+    the `restart` rows give a line in cache bytes, read at the job's size."""
+    from yatt.core.kvcache import job_kv_bytes
+
+    rows = ((100.0 * MIB, 1.0, 0.5), (900.0 * MIB, 2.0, 0.9))
+    t = _with_restart(rows)
+    save_profile(Profile(tables=t), tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml").tables == t
+    par, T, g = Parallel(1, 1, 1), ReleasePolicy.TEARDOWN, exp.genrm
+    at = ProfiledCostModel(AnalyticCostModel.for_experiment(exp), t, {Role.GENRM: 500 * MIB})
+    assert at.reload_time(g, Role.GENRM, par, T) == pytest.approx(1.5, rel=1e-6)
+    assert at.offload_time(g, Role.GENRM, par, T) == pytest.approx(0.7, rel=1e-6)
+    # the size unknown (no experiment): the measured start_s / stop_s
+    blind = ProfiledCostModel(AnalyticCostModel.for_experiment(exp), t)
+    assert blind.reload_time(g, Role.GENRM, par, T) == pytest.approx(3.0)
+    # from an experiment: its own cache size, and a larger batch limit costs more
+    cost = cost_model_for(exp, Profile(tables=t))
+    kv = job_kv_bytes(exp)[1]
+    assert cost.engine_kv[Role.GENRM] == kv
+    assert cost.reload_time(g, Role.GENRM, par, T) == pytest.approx(
+        1.0 + (kv - 100 * MIB) / (800 * MIB), rel=1e-6)
+    big = dataclasses.replace(exp, engine=dataclasses.replace(
+        exp.engine, genrm_max_num_seqs=4 * exp.engine.genrm_max_num_seqs))
+    assert (cost_model_for(big, Profile(tables=t)).reload_time(g, Role.GENRM, par, T)
+            > cost.reload_time(g, Role.GENRM, par, T))
+
+
+def test_engine_restart_never_shrinks_with_a_larger_cache(exp):
+    """A measured slope below 0 (noise) fits as flat: no size makes a re-create cheaper."""
+    t = _with_restart(((100.0 * MIB, 1.2, 0.6), (900.0 * MIB, 1.0, 0.5)))
+    par, T = Parallel(1, 1, 1), ReleasePolicy.TEARDOWN
+    times = [ProfiledCostModel(AnalyticCostModel.for_experiment(exp), t, {Role.GENRM: k * MIB})
+             .reload_time(exp.genrm, Role.GENRM, par, T) for k in (10, 500, 5000)]
+    assert times[0] == pytest.approx(times[1]) == pytest.approx(times[2])
+    assert 1.0 <= times[0] <= 1.2

@@ -50,23 +50,19 @@ class EngineConfig:
     index: int = 0             # this engine's index within its role
 
 
-CPU_BLOCK_TOKENS = 128          # vLLM-CPU's KV block size for these attention backends
-CPU_KV_CAP_BYTES = 1 << 30      # at most 1 GiB for one CPU engine
-
-
 def cpu_kv_bytes(cfg: EngineConfig) -> int:
     """KV cache bytes a CPU engine needs to hold `max_num_seqs` sequences of
-    `max_model_len` tokens at once (so it never preempts), at most CPU_KV_CAP_BYTES.
-    Sized to the job because allocating (zeroing) the cache is most of a CPU engine's
-    re-create: 0.6 s for 1 GiB, 0.03 s for the demo's few MiB."""
+    `max_model_len` tokens at once (`yatt.core.kvcache`). Sized to the job because
+    allocating (zeroing) the cache is most of a CPU engine's re-create: 0.6 s for 1 GiB,
+    0.03 s for the demo's few MiB."""
     import dataclasses
 
     from yatt.core.hfspec import DTYPE_BYTES, model_spec_from_hf
+    from yatt.core.kvcache import cpu_kv_bytes as kv_bytes
 
     spec = model_spec_from_hf(cfg.model_path)
-    per_token = dataclasses.replace(spec, dtype_bytes=DTYPE_BYTES[cfg.dtype]).kv_bytes_per_token
-    blocks = -(-cfg.max_model_len // CPU_BLOCK_TOKENS) * cfg.max_num_seqs + 1
-    return min(blocks * CPU_BLOCK_TOKENS * per_token, CPU_KV_CAP_BYTES)
+    return kv_bytes(dataclasses.replace(spec, dtype_bytes=DTYPE_BYTES[cfg.dtype]),
+                    cfg.max_num_seqs, cfg.max_model_len)
 
 
 @dataclass(frozen=True)

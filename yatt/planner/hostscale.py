@@ -97,7 +97,9 @@ def _engine(e: Optional[EngineTable], r: HostRatios) -> Optional[EngineTable]:
     return dataclasses.replace(
         e, start_s=round(e.start_s * r.interpreter, 6), stop_s=round(e.stop_s * r.interpreter, 6),
         decode=_rows(e.decode, r.compute), prefill=_rows(e.prefill, r.compute),
-        join=_rows(e.join, r.compute), call=_rows(e.call, r.interpreter))
+        join=_rows(e.join, r.compute), call=_rows(e.call, r.interpreter),
+        restart=tuple((k, round(a * r.interpreter, 6), round(b * r.interpreter, 6))
+                      for k, a, b in e.restart))
 
 
 def _model(m: ModelTables, r: HostRatios) -> ModelTables:

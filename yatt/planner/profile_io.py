@@ -28,6 +28,8 @@ the same small YAML file, so every consumer reads one format:
           stop_len: [3, 5, 64, ...]               # where its responses end (EOS), <= stop_cap
           stop_cap: 64
           engine: {start_s: 2.5, stop_s: 1.6,     # re-create / teardown
+                   restart: [[kv_bytes, start_s, stop_s], ...],   # optional (CPU): both
+                                                    # at several KV cache sizes
                    decode: [[batch, mean_ctx, s_per_step], ...],
                    prefill: [[requests, tokens_each, s_for_the_step], ...],
                    join: [[running, new, tokens_each, extra_s], ...],   # optional
@@ -97,10 +99,24 @@ class EngineTable:
         default=(), help="(busy, ratio): this model's engine steps with `busy` devices of the "
                          "host generating at once over one (CPU; where measured, it replaces "
                          "the shared `contention` decode ratio for this model's engines)")
+    restart: tuple[tuple[float, float, float], ...] = spec_field(
+        default=(), help="(KV cache bytes, re-create s, teardown s) of engines whose KV cache "
+                         "held that many bytes (CPU, where the executor sizes the cache to "
+                         "the job); where present, a job's re-create and teardown are priced "
+                         "at its own cache size instead of start_s / stop_s")
 
     def __post_init__(self) -> None:
         _check_points(self.decode, "decode")
         _check_points(self.prefill, "prefill")
+        for i, p in enumerate(self.restart):
+            if len(p) != 3 or p[0] < 0 or not all(0 <= x <= MAX_SECONDS for x in p[1:]):
+                raise InputError(f"got {list(p)}; allowed: [kv bytes >= 0, 0 <= start seconds <= "
+                                 f"{MAX_SECONDS:g}, 0 <= stop seconds <= {MAX_SECONDS:g}]",
+                                 field=f"restart[{i}]")
+        if self.restart and len({p[0] for p in self.restart}) < 2:
+            raise InputError(f"{len(self.restart)} row(s) at one KV cache size; allowed: at least "
+                             "2 distinct sizes (a slope needs them), or no table (start_s and "
+                             "stop_s price every size)", field="restart")
         for i, p in enumerate(self.call):
             if len(p) != 2 or p[0] < 1 or p[1] < 0:
                 raise InputError(f"got {list(p)}; allowed: [requests >= 1, seconds >= 0]",

@@ -52,13 +52,14 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Callable, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 from scipy.optimize import nnls
 
 from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
 from yatt.core.costmodel import CostModel
+from yatt.core.kvcache import job_kv_bytes
 from yatt.core.plan import Experiment, Parallel
 from yatt.core.release import ReleaseAction, resolve_release
 from yatt.core.roles import Phase, ReleasePolicy, Role
@@ -73,6 +74,7 @@ from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTa
 TRAIN_RPCS = 4
 REF_RPCS = 2
 SYNC_RPCS = 2
+GIB = float(1 << 30)
 
 
 # which measured ratio slows which phase (engine steps share one ratio: rollout and GenRM
@@ -156,6 +158,22 @@ class _Fits:
                              [x for _, _, _, x in e.join])
         self.weight_sync_s, self.sync = t.weight_sync_s, t.sync
         self.train_tp, self.train_dp = t.train_tp, t.train_dp
+        self.restart = None
+        if e is not None and e.restart:
+            # re-create / teardown: a + b * KV GiB each (allocating and freeing the cache)
+            kv = [np.array([1.0, k / GIB]) for k, _, _ in e.restart]
+            self.restart = (_fit(kv, [a for _, a, _ in e.restart]),
+                            _fit(kv, [b for _, _, b in e.restart]))
+
+    def restart_at(self, kv_bytes: Optional[int]) -> tuple[float, float]:
+        """(re-create s, teardown s) of this engine with a KV cache of `kv_bytes`: the
+        `restart` fit where the profile has one and the size is known, else the
+        measured start_s / stop_s."""
+        e = self.engine
+        if self.restart is None or kv_bytes is None:
+            return e.start_s, e.stop_s
+        x = np.array([1.0, kv_bytes / GIB])
+        return float(self.restart[0] @ x), float(self.restart[1] @ x)
 
     def _step(self, batch: float, ctx: float) -> float:
         a0, a1, a2 = self.decode
@@ -165,9 +183,11 @@ class _Fits:
 class ProfiledCostModel(CostModel):
     """CostModel from profile tables; AnalyticCostModel for terms without a table."""
 
-    def __init__(self, analytic: AnalyticCostModel, tables: ProfileTables) -> None:
+    def __init__(self, analytic: AnalyticCostModel, tables: ProfileTables,
+                 engine_kv: Optional[Mapping[Role, int]] = None) -> None:
         self.analytic = analytic
         self.tables = tables
+        self.engine_kv = dict(engine_kv or {})   # role -> the job's KV cache bytes (CPU)
         self.cluster = analytic.cluster
         self.cpu = tables.device == "cpu"
         self._fits = {name: _Fits(t) for name, t in tables.models.items()}
@@ -177,7 +197,9 @@ class ProfiledCostModel(CostModel):
     def for_experiment(cls, exp: Experiment, profile: Profile) -> "ProfiledCostModel":
         if profile.tables is None:
             raise ValueError("profile has no tables")
-        return cls(AnalyticCostModel.for_experiment(exp, profile.efficiency), profile.tables)
+        rollout, genrm = job_kv_bytes(exp)
+        return cls(AnalyticCostModel.for_experiment(exp, profile.efficiency), profile.tables,
+                   {Role.ROLLOUT: rollout, Role.GENRM: genrm})
 
     def _fit(self, model: ModelSpec) -> Optional[_Fits]:
         return self._fits.get(model.name)
@@ -299,20 +321,21 @@ class ProfiledCostModel(CostModel):
         """What `role` does under `release` on the profile's device."""
         return resolve_release(release, role, cpu=self.cpu)
 
-    def _measured_teardown(self, model: ModelSpec, action: ReleaseAction) -> Optional[EngineTable]:
-        """The engine table timing this teardown / re-create (CPU profiles), else None."""
+    def _measured_teardown(self, model: ModelSpec, action: ReleaseAction) -> Optional[_Fits]:
+        """The fits of the engine table timing this teardown / re-create (CPU profiles),
+        else None."""
         f = self._fit(model)
-        if action is ReleaseAction.TEARDOWN and self.cpu and f is not None:
-            return f.engine
+        if action is ReleaseAction.TEARDOWN and self.cpu and f is not None and f.engine is not None:
+            return f
         return None
 
     def offload_time(self, model: ModelSpec, role: Role, par: Parallel, release: ReleasePolicy) -> float:
         action = self.release_action(role, release)
         if action is ReleaseAction.KEEP:
             return 0.0
-        e = self._measured_teardown(model, action)
-        if e is not None:
-            return e.stop_s + self.tables.rpc_s
+        f = self._measured_teardown(model, action)
+        if f is not None:
+            return f.restart_at(self.engine_kv.get(role))[1] + self.tables.rpc_s
         # not measured: the roofline's price of the policy
         return self.analytic.offload_time(model, role, par, release)
 
@@ -320,9 +343,9 @@ class ProfiledCostModel(CostModel):
         action = self.release_action(role, release)
         if action is ReleaseAction.KEEP:
             return 0.0
-        e = self._measured_teardown(model, action)
-        if e is not None:
-            return e.start_s + self.tables.rpc_s
+        f = self._measured_teardown(model, action)
+        if f is not None:
+            return f.restart_at(self.engine_kv.get(role))[0] + self.tables.rpc_s
         return self.analytic.reload_time(model, role, par, release)
 
     def engine_call_time(self, model: ModelSpec, requests: int) -> float:

@@ -24,6 +24,7 @@ vLLM) and is marked `# GPU path`. CI has no GPU.
 """
 from __future__ import annotations
 
+import dataclasses
 import socket
 import statistics
 import time
@@ -33,6 +34,8 @@ from typing import Callable, Sequence
 from yatt.core.specs import AlgoSpec, ModelSpec
 
 Tick = Callable[[str], None]
+# the second KV cache size an engine's re-create is timed at: one 128-token block a sequence
+SMALL_KV_LEN = 128
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class EngineBench:
     # (running, new, prompt tokens each, s): a step admitting `new` requests into `running`
     # decoding ones, minus the plain step right after it (all of them decoding)
     join: tuple[tuple[int, int, int, float], ...] = ()
+    # (KV cache bytes, re-create s, teardown s), medians at each cache size (CPU)
+    restart: tuple[tuple[int, float, float], ...] = ()
 
 
 def _median(xs: Sequence[float]) -> float:
@@ -256,17 +261,29 @@ def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: in
 
     Returns (EngineBench, core): `core` is the live engine when `keep` (for the weight-sync
     benchmark), else None."""
-    from yatt.exec.rollout import EngineCore
+    from yatt.exec.rollout import EngineCore, cpu_kv_bytes
 
     cpu = device == "cpu"
-    core = EngineCore(_engine_config(hf_path, cpu, max_num_seqs, mem_util))
+    cfg = _engine_config(hf_path, cpu, max_num_seqs, mem_util)
+    core = EngineCore(cfg)
     core.start()  # first start pays imports and one-off initialisation: not a re-create
     tick(f"{spec.name}: engine up")
-    starts, stops = [], []
+    # CPU: the executor sizes each engine's KV cache to its job, and allocating it is the
+    # part of a re-create that grows with the size, so a second engine with a one-block
+    # cache per sequence is re-created in turn with the first (same minutes, two sizes)
+    small = EngineCore(dataclasses.replace(cfg, max_model_len=SMALL_KV_LEN)) if cpu else None
+    starts, stops, small_starts, small_stops = [], [], [], []
     for _ in range(restarts):
         stops.append(core.stop())
+        if small is not None:
+            small_starts.append(small.start())
+            small_stops.append(small.stop())
         starts.append(core.start())
         tick(f"{spec.name}: teardown + re-create")
+    restart = ()
+    if small is not None and restarts:
+        restart = ((cpu_kv_bytes(small.cfg), _median(small_starts), _median(small_stops)),
+                   (cpu_kv_bytes(cfg), _median(starts), _median(stops)))
     for r in range(1):  # warm-up request
         _add(core, f"w{r}", _ids(16, spec.vocab, rng), 4)
         _drain(core)
@@ -326,7 +343,7 @@ def engine_bench(spec: ModelSpec, hf_path: str, device: str, *, max_num_seqs: in
     tick(f"{spec.name}: prefill, {len(prefill_points)} points x {passes} passes")
     joined = [(r, k, p, t) for (r, k, p), t in zip(join_points, over_passes(join_points, join, passes))]
     bench = EngineBench(_median(starts), _median(stops), tuple(decode), tuple(prefill),
-                        tuple(joined))
+                        tuple(joined), restart)
     if keep:
         return bench, core
     core.stop()

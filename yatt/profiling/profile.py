@@ -139,7 +139,9 @@ def _engine_table(bench) -> EngineTable:
                        decode=tuple((float(b), float(c), round(t, 6)) for b, c, t in bench.decode),
                        prefill=tuple((float(n), float(p), round(t, 6)) for n, p, t in bench.prefill),
                        join=tuple((float(r), float(k), float(p), round(max(0.0, t), 6))
-                                  for r, k, p, t in bench.join))
+                                  for r, k, p, t in bench.join),
+                       restart=tuple((float(k), round(a, 4), round(b, 4))
+                                     for k, a, b in bench.restart))
 
 
 def _joins(points, max_num_seqs: int) -> tuple[tuple[int, int, int], ...]:
