@@ -187,10 +187,17 @@ def _fidelity(d: dict) -> list[str]:
             [c["case"], *[(f"{_pct(c['phases'][ph].get('replay_err'))} ({_fmt(c['phases'][ph].get('measured_s'))})"
                            if ph in c.get("phases", {}) else "-") for ph in phases]]
             for c in d.get("cases", [])])
-    out += _table(["workload", "planner's mode", "measured faster", "gap", "correct"],
+    out += _table(["workload", "planner's mode", "measured faster", "gap", "regret", "correct"],
                   [[m["workload"], m["planner_mode"], m["measured_faster"], _apct(m.get("measured_gap")),
-                    m.get("correct")] for m in d.get("mode_choice", [])])
+                    _apct(m.get("regret")), m.get("correct")] for m in d.get("mode_choice", [])])
     return out + _fidelity_columns(d)
+
+
+def _choices(ch: list) -> str:
+    """Each workload's chosen mode and what it cost against the measured fastest."""
+    return ", ".join(f"{m['workload']} {m['planner_mode']}"
+                     + (f" ({_apct(m['regret'])})" if m.get("regret") is not None else "")
+                     for m in ch)
 
 
 def _fidelity_columns(d: dict) -> list[str]:
@@ -210,10 +217,11 @@ def _fidelity_columns(d: dict) -> list[str]:
          (c.get("host_ratios_before") or {}).get("whole")] for c in d.get("cases", [])])
     s = d["column_summary"]
     out += _table(["column", "end to end median", "max", "per phase median", "per phase max",
-                   "mode choice correct"],
+                   "mode choice correct", "choices (regret)"],
                   [[k, _apct(s[k].get("median_abs_err")), _apct(s[k].get("max_abs_err")),
                     _apct(s[k].get("phase_median_abs_err")), _apct(s[k].get("phase_max_abs_err")),
-                    s[k].get("mode_choice_correct")] for k in cols])
+                    s[k].get("mode_choice_correct"), _choices(s[k].get("mode_choice", []))]
+                   for k in cols])
     lack = {n: m for n, m in (q.get("missing_terms") or {}).items() if m}
     if q:
         out += [f"Quick profile terms not measured: {_fmt(sorted(lack)) if lack else 'none'}.", ""]
