@@ -161,6 +161,8 @@ def test_interpreter_part_alone_can_leave_the_band():
     r = HostRatios(whole=1.05, interpreter=1.3, compute=1.05, matmul=0.9)
     assert r.outside_band()
     assert "interpreter-bound terms x1.30" in host_line(r) and "\n" not in host_line(r)
+    # the line names the ratio that left the band, not the whole probe inside it
+    assert "its interpreter part x1.30, outside" in stale_line(r, "exp.yaml")
 
 
 def test_probe_from_samples_takes_each_parts_median():

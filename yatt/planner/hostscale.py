@@ -158,6 +158,8 @@ def stale_line(r: HostRatios, config: str, device: str = "cpu",
     [1/band, band]); None inside it."""
     if not r.outside_band(band):
         return None
+    what = (f"probe x{r.whole:.2f}" if not 1.0 / band <= r.whole <= band
+            else f"its interpreter part x{r.interpreter:.2f}")
     return (f"host check: the profile was made on a different host, or this one is far busier "
-            f"now (probe x{r.whole:.2f}, outside x{1 / band:.2f}-x{band:.2f}); refresh it: "
+            f"now ({what}, outside x{1 / band:.2f}-x{band:.2f}); refresh it: "
             f"`{refresh_command(config, device)}` and pass --profile profile.yaml")
