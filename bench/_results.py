@@ -415,7 +415,6 @@ def _engine_cycle(d: dict) -> list[str]:
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
     "checkpoint": _checkpoint, "controllers": _controllers, "engine_cycle": _engine_cycle,
     "faults": _faults, "fidelity": _fidelity,
-    "fidelity-calibrated": _fidelity, "fidelity-run2": _fidelity, "fidelity-run3": _fidelity,
     "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,
     "plan_speed": _plan_speed, "quick_profile": _quick_profile, "sim_speed": _sim_speed,
@@ -431,7 +430,9 @@ def render(name: str, data: dict) -> str:
              f"- date: {m.get('date', '-')}", f"- host: {m.get('host', '-')}",
              f"- command: `{m.get('command', '-')}`", ""]
     try:
-        body = RENDERERS.get(name, _generic)(data)
+        # every fidelity run (fidelity-run2, fidelity-tp2, ...) has the fidelity bench's shape
+        key = "fidelity" if name.startswith("fidelity") else name
+        body = RENDERERS.get(key, _generic)(data)
     except (KeyError, TypeError, AttributeError, ValueError):  # a reshaped result: still a table
         body = _generic(data)
     return "\n".join(lines + body).rstrip() + "\n"
