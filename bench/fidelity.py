@@ -112,10 +112,8 @@ def loo_profiles(profile, names: list) -> dict:
     """Per workload: `profile` with contention fitted to the saved runs of the OTHER
     workloads (leave-one-workload-out; steps >= 1)."""
     from yatt.core.trace import Trace
-    from yatt.planner.calibrate import contention_from_traces
-    from yatt.planner.profiled import cost_model_for
+    from yatt.planner.calibrate import calibrate_contention
 
-    free = _with_contention(profile, ())
     runs = {}
     for d in sorted(RUNS.glob("*/trace.jsonl")):
         runs.setdefault(d.parent.name.split("-")[0], []).append(Trace.read_jsonl(d))
@@ -124,8 +122,7 @@ def loo_profiles(profile, names: list) -> dict:
         train = [t for w, ts in runs.items() if w != n for t in ts]
         if not train:
             raise SystemExit(f"--contention traces-loo: no saved runs of other workloads in {RUNS}")
-        fit = contention_from_traces(train, lambda e: cost_model_for(e, free))
-        out[n] = _with_contention(profile, fit)
+        out[n] = calibrate_contention(profile, train)
     return out
 
 

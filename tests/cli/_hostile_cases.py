@@ -235,6 +235,14 @@ def _calibrate_self(ctx: Ctx) -> list[str]:
     return ["calibrate", str(t), "-o", str(t), "--no-progress"]
 
 
+def _calibrate_profile(ctx: Ctx, body: str, *extra: str) -> list[str]:
+    """`yatt calibrate T --profile P` with P holding `body`."""
+    p = ctx.tmp / "profile.yaml"
+    p.write_text("kind: yatt.profile/1\n" + body)
+    return ["calibrate", str(write_trace(ctx)), "--profile", str(p), *extra,
+            "-o", str(ctx.tmp / "fitted.yaml"), "--no-progress"]
+
+
 def _out_holds_input(ctx: Ctx) -> list[str]:
     ctx.out.mkdir()
     cfg = demo_config(ctx, file="out/plan.yaml")
@@ -432,6 +440,14 @@ CASES: tuple[Case, ...] = (
          _unwritable("plan", "/sys/kernel"), "/sys/kernel", "--out", "cannot write there"),
     Case("replay-out-dev-null", "unwritable out", "yatt replay --out /dev/null",
          _unwritable("replay", "/dev/null"), "/dev/null", "--out", "not a directory"),
+    Case("calibrate-profile-without-tables", "flags", "yatt calibrate T --profile P, P with "
+         "efficiencies only (no contention ratios to fit)",
+         lambda c: _calibrate_profile(c, "efficiency: {train_mfu: 0.4}\n"), "profile.yaml",
+         "--profile", "has no tables"),
+    Case("calibrate-profile-and-start", "flags", "yatt calibrate T --profile P --start P",
+         lambda c: _calibrate_profile(c, "efficiency: {train_mfu: 0.4}\n", "--start",
+                                      str(c.tmp / "profile.yaml")), "", "--start",
+         "one of --start"),
     Case("calibrate-out-proc-self", "unwritable out", "yatt calibrate -o /proc/self/p.yaml",
          _unwritable("calibrate", "/proc/self/p.yaml"), "/proc/self/p.yaml", "--output",
          "cannot write there"),

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from yatt.core.config import load_experiment
+from yatt.core.errors import InputError
 from yatt.core.layout import make_plan
 from yatt.core.roles import Mode, ReleasePolicy
 from yatt.planner.calibrate import contention_from_traces
@@ -38,3 +39,41 @@ def test_ratios_recovered_from_a_contended_run():
     again = contention_from_traces(plain, lambda e: cost_model_for(e, free))
     assert all(getattr(again[0], f) == pytest.approx(1.0, abs=1e-6)
                for f in ("reload", "offload", "decode", "logprob", "train"))
+
+
+def test_a_profile_takes_the_contention_its_measured_traces_show(tmp_path, capsys):
+    """`yatt calibrate TRACE... --profile P`: P's shared contention ratios fitted to the
+    shipped measured traces (real executor runs), every other table kept."""
+    from yatt.cli.main import main
+    from yatt.core.trace import Trace
+    from yatt.planner.calibrate import calibrate_contention
+    from yatt.planner.profile_io import load_profile
+
+    from yatt.planner.profile_io import save_profile
+
+    root = DEMO.parents[1]
+    shipped = root / "configs" / "profiles" / "cpu-local.yaml"
+    traces = sorted((root / "traces").glob("measured-*.jsonl.gz"))
+    assert traces, "the measured traces ship in traces/"
+    base = load_profile(shipped)
+    start = tmp_path / "start.yaml"    # the shipped profile, its contention as yatt profile's bench
+    save_profile(replace(base, tables=replace(base.tables, contention=(Contention(busy=2),))), start)
+    out = tmp_path / "p.yaml"
+    assert main(["calibrate", *map(str, traces), "--profile", str(start), "-o", str(out),
+                 "--no-progress"]) == 0
+    assert "the profile's -> measured" in capsys.readouterr().out
+    got = load_profile(out)
+    want = calibrate_contention(load_profile(start), [Trace.read_jsonl(t) for t in traces])
+    assert got.tables.contention == want.tables.contention
+    assert got.tables.contention[0].busy == 2 and got.tables.contention[0].reload > 1.0
+    assert replace(got.tables, contention=()) == replace(base.tables, contention=())
+    assert "contention fitted to 2 measured trace(s)" in got.source
+    # the shipped profile's ratios are these traces' (its source says so): a fixed point
+    assert base.tables.contention == got.tables.contention and "contention fitted" in base.source
+    # a single-device run has nothing to fit: one line, nothing written
+    exp = load_experiment(DEMO)
+    one = replace(exp, cluster=replace(exp.cluster, gpus_per_node=1))
+    plan = replace(make_plan(one, Mode.COLOCATE), release=ReleasePolicy.TEARDOWN)
+    lone = simulate(plan, one.workload, cost_model_for(one, base), seed=1, steps=3)
+    with pytest.raises(InputError, match="2 or more devices busy"):
+        calibrate_contention(base, [lone])

@@ -3,7 +3,9 @@
 Why: wiring and rendering for `yatt.planner.calibrate`. Prints the fitted coefficients
 against the starting ones and the fit error per phase, in sample and on held-out steps,
 then writes a profile that `yatt plan --profile` and `yatt replay --profile` accept.
-All traces are read and validated, and the fit is done, before the profile is written.
+With `--profile P` (a `yatt profile` file) it fits P's host-contention ratios to measured
+traces instead and writes P with them. All traces are read and validated, and the fit is
+done, before the profile is written.
 """
 from __future__ import annotations
 
@@ -23,6 +25,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--output", default="profile.yaml", help="profile to write (default: profile.yaml)")
     p.add_argument("--start", default=None, help="profile.yaml whose efficiencies start the fit "
                    "(default: the built-in defaults)")
+    p.add_argument("--profile", default=None, metavar="P",
+                   help="a `yatt profile` file: fit its host-contention ratios (several devices "
+                        "of one host busy at once) to these measured traces, keep every other "
+                        "table, and write the result to --output")
     p.add_argument("--holdout", type=int, default=1,
                    help="last steps of each trace held out for the out-of-sample error (default: 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -43,6 +49,11 @@ def run_calibrate_command(args: argparse.Namespace) -> int:
 
     if args.holdout < 0:
         raise InputError(f"got {args.holdout}; allowed: an integer >= 0", field="--holdout")
+    if args.profile and args.start:
+        raise InputError("given with --profile; allowed: one of --start (fit efficiencies) "
+                         "and --profile (fit a profile's contention ratios)", field="--start")
+    if args.profile:
+        return _calibrate_contention(args)
     inputs = list(args.traces) + ([args.start] if args.start else [])
     check_out_file(args.output, inputs, field="--output")   # before reading anything big
     traces = [Trace.read_jsonl(p) for p in args.traces]
@@ -79,4 +90,39 @@ def run_calibrate_command(args: argparse.Namespace) -> int:
     save_profile(cal.profile("calibrate: " + ", ".join(args.traces)), out)
     console.print(f"wrote {shown(out)}  (use: yatt plan --profile {shown(out)}, yatt replay TRACE "
                   f"--profile {shown(out)})")
+    return 0
+
+
+def _calibrate_contention(args: argparse.Namespace) -> int:
+    """`--profile P`: P's contention ratios fitted to the traces, printed against P's own."""
+    from rich.table import Table
+
+    from yatt.core.errors import InputError
+    from yatt.core.trace import Trace
+    from yatt.planner.calibrate import calibrate_contention
+    from yatt.planner.profile_io import load_profile, save_profile
+
+    inputs = list(args.traces) + [args.profile]
+    check_out_file(args.output, inputs, field="--output")
+    profile = load_profile(args.profile)
+    traces = [Trace.read_jsonl(p) for p in args.traces]
+    try:
+        fitted = calibrate_contention(profile, traces)
+    except InputError as e:
+        raise e.within(file=args.profile if e.field == "--profile" else "") from None
+    out = check_out_file(args.output, inputs, field="--output")
+    console = wide_console(120)
+    before = {c.busy: c for c in profile.tables.contention}
+    fields = ("reload", "offload", "decode", "logprob", "train")
+    t = Table(title=f"Host contention, the profile's -> measured over contention-free replayed "
+                    f"time ({len(traces)} trace(s), steps after the first)", title_justify="left")
+    for col in ("devices busy", *fields):
+        t.add_column(col, justify="right")
+    for c in fitted.tables.contention:
+        b = before.get(c.busy)
+        t.add_row(str(c.busy), *[(f"{getattr(b, f):.2f} -> " if b else "- -> ")
+                                 + f"{getattr(c, f):.2f}" for f in fields])
+    console.print(t)
+    save_profile(fitted, out)
+    console.print(f"wrote {shown(out)}  (use: yatt plan --profile {shown(out)})")
     return 0

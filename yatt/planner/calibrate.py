@@ -16,8 +16,9 @@ Gauss-Newton converges in a few iterations. Only coefficients that some measured
 depends on are fitted; the last step(s) of each trace are held out and reported apart.
 
 `contention_from_traces` fits the profiled model's host-contention ratios instead (measured
-over contention-free replayed time per phase and busy-device count); `bench/fidelity.py
---contention traces-loo` uses it leave-one-workload-out.
+over contention-free replayed time per phase and busy-device count); `calibrate_contention`
+writes them into a tables profile (`yatt calibrate TRACE... --profile P`), and
+`bench/fidelity.py --contention traces-loo` uses it leave-one-workload-out.
 """
 from __future__ import annotations
 
@@ -352,3 +353,27 @@ def contention_from_traces(traces: Sequence[Trace], cost_for: Callable, skip_ste
                 by.setdefault(n, {}).setdefault(field, []).append(r)
     return tuple(Contention(busy=n, **{f: round(float(np.median(v)), 4) for f, v in fs.items()})
                  for n, fs in sorted(by.items()))
+
+
+def calibrate_contention(profile: Profile, traces: Sequence[Trace], skip_steps: int = 1) -> Profile:
+    """`profile` (a tables profile) with its shared host-contention ratios fitted to
+    measured traces (`contention_from_traces` against the profile's own contention-free
+    model): the ratios the executor itself showed, in place of the profile's bench of
+    worker actors. Engine-specific ratios (`engine.contention`) stay as measured."""
+    import dataclasses
+
+    from .profiled import cost_model_for
+
+    if profile.tables is None:
+        raise InputError("the profile has no tables; allowed: a `yatt profile` file (its "
+                         "contention ratios are what is fitted)", field="--profile")
+    free = dataclasses.replace(profile, tables=dataclasses.replace(profile.tables, contention=()))
+    fit = contention_from_traces(traces, lambda e: cost_model_for(e, free), skip_steps)
+    if not fit:
+        raise InputError("no step after the first has a phase with 2 or more devices busy at "
+                         "once; allowed: measured traces of multi-device runs with at least "
+                         f"{skip_steps + 1} steps", field="TRACE")
+    tables = dataclasses.replace(profile.tables, contention=fit)
+    return dataclasses.replace(profile, tables=tables,
+                               source=f"{profile.source}; contention fitted to {len(traces)} "
+                                      "measured trace(s)")
