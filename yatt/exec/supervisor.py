@@ -496,10 +496,12 @@ class Supervisor:
             return
         self.counters.faults.append({**record, "recovery_s": None, "stopped": True})
         self.rec.extra["faults"] = self.counters.faults
-        where = self._checkpoint_copy()
         import ray
-        for w in self.actors.trainers:   # ranks left waiting on lost peers: nothing to finish
+        # ranks left waiting on lost peers have nothing to finish; stopped first, so that no
+        # writer of theirs is still writing into the checkpoint directory made below
+        for w in self.actors.trainers:
             ray.kill(w, no_restart=True)
+        where = self._checkpoint_copy()
         raise RunAborted(
             f"stopping: lost {what} at step {step} and no capacity returned within {wait:.0f} s "
             f"(checkpoint.node_wait_s); "
