@@ -496,12 +496,10 @@ class Supervisor:
             return
         self.counters.faults.append({**record, "recovery_s": None, "stopped": True})
         self.rec.extra["faults"] = self.counters.faults
-        import ray
-        # ranks left waiting on lost peers have nothing to finish; stopped first, so that no
-        # writer of theirs is still writing into the checkpoint directory made below
-        for w in self.actors.trainers:
-            ray.kill(w, no_restart=True)
         where = self._checkpoint_copy()
+        import ray
+        for w in self.actors.trainers:   # ranks left waiting on lost peers: nothing to finish
+            ray.kill(w, no_restart=True)
         raise RunAborted(
             f"stopping: lost {what} at step {step} and no capacity returned within {wait:.0f} s "
             f"(checkpoint.node_wait_s); "
