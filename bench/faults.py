@@ -167,12 +167,13 @@ NODE_STEPS = 3
 def node_loss(tmp: Path) -> dict[str, dict]:
     """The node-loss drill (module doc) in this process on its own emulated cluster."""
     import ray
+    from ray.cluster_utils import Cluster
 
     from yatt.core.config import load_experiment
     from yatt.core.layout import make_plan
     from yatt.core.roles import Mode, ReleasePolicy, Role
     from yatt.exec.env import job_runtime_env
-    from yatt.exec.node_drill import NodeDrill, emulated_cluster
+    from yatt.exec.node_drill import NodeDrill
     from yatt.exec.runner import run_plan
     from yatt.exec.supervisor import RunAborted
 
@@ -184,7 +185,11 @@ def node_loss(tmp: Path) -> dict[str, dict]:
     trainer = dataclasses.replace(plan.placement(Role.TRAINER), pp=2)
     plan = dataclasses.replace(plan, placements=tuple(
         trainer if p.role is Role.TRAINER else p for p in plan.placements))
-    cluster = emulated_cluster(nodes=2, gpus_per_node=2)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=0, num_gpus=2)
+    cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env=job_runtime_env(True), log_to_driver=False)
     try:
         ref, out = tmp / "nodes-reference", tmp / "nodes"

@@ -56,10 +56,13 @@ def ray_cluster():
 
     apply_local_env(cpu=True)
     import ray
+    from ray.cluster_utils import Cluster
 
-    from yatt.exec.node_drill import emulated_cluster
-
-    cluster = emulated_cluster(nodes=2, gpus_per_node=2)
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "num_gpus": 0, "include_dashboard": False})
+    for _ in range(2):
+        cluster.add_node(num_cpus=0, num_gpus=2)
+    cluster.wait_for_nodes()
     ray.init(address=cluster.address, runtime_env=job_runtime_env(True), log_to_driver=False)
     yield cluster
     ray.shutdown()

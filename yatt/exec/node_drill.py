@@ -21,20 +21,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 
-def emulated_cluster(nodes: int = 2, gpus_per_node: int = 2, head_cpus: int = 2) -> Any:
-    """A started `ray.cluster_utils.Cluster`: a head node without devices (Ray's GCS and the
-    driver, as on many clusters, and the one node a drill never takes) and `nodes` nodes of
-    `gpus_per_node` fake GPUs each. The caller connects (`ray.init(address=c.address)`)."""
-    from ray.cluster_utils import Cluster
-
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": head_cpus, "num_gpus": 0, "include_dashboard": False})
-    for _ in range(nodes):
-        cluster.add_node(num_cpus=0, num_gpus=gpus_per_node)
-    cluster.wait_for_nodes()
-    return cluster
-
-
 class NodeDrill:
     """Remove the node of the n-th stalled actor; `rejoin_s[n]` later add a node with
     `gpus` devices (None: add none)."""

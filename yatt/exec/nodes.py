@@ -4,9 +4,8 @@ and a driver-held copy of the trainer snapshots so the last good state outlives 
 Why: when a whole node goes, all of its actors die at once and so does its object store,
 with the primary copies of the snapshots its trainer ranks took (an actor's results live
 on its own node). Ray restarts the lost actors (`max_restarts`) only once their placement
-group is placed again, which needs a node offering the lost node's devices. So, when a
-plan device lives on a Ray node other than the driver's (the driver's own node cannot be
-lost without ending the run: it holds the driver and, on the head node, Ray's GCS):
+group is placed again, which needs a node offering the lost node's devices. So, when the
+plan's devices span more than one Ray node:
 
 * after each snapshot, the driver fetches a copy of every rank's state on the
   supervisor's I/O thread, off the step's critical path (`keep`); recovery puts it back in
@@ -50,11 +49,8 @@ class NodeWatch:
 
     def __init__(self, placement: Any):
         self.placement = placement
-        import ray
-
         self.nodes: dict[int, str] = placement.bundle_nodes()   # plan device -> Ray node id
-        here = ray.get_runtime_context().get_node_id()
-        self.replicate = any(n != here for n in self.nodes.values())   # keep a copy
+        self.spans = len(set(self.nodes.values())) > 1
         self._copy: Optional[tuple[list, list]] = None          # (snapshot refs, their values)
 
     # ---- the snapshot copy -----------------------------------------------------------

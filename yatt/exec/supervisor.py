@@ -118,7 +118,7 @@ class Supervisor:
         waits for it and surfaces its error."""
         get_all(self.snaps)
         self.snaps = refs = [w.snapshot.remote() for w in self.actors.trainers]
-        if self.watch is not None and self.watch.replicate:   # a copy that outlives a node
+        if self.watch is not None and self.watch.spans:   # a copy that outlives a node
             self._background(lambda: self.watch.keep(refs))
         if wait:
             get_all(self.snaps)

@@ -289,6 +289,8 @@ class TrainerState:
         if why is not None:
             raise InputError(why, file=ckpt_dir)
 
+    @megatron_shim.on_any_thread
+    @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def _load_snapshot_checkpoint(self, ckpt_dir: str) -> bool:
         """Load this rank's file of a snapshot checkpoint (nodes.py: written when a node was
         lost for good); False if `ckpt_dir` is a `dist_checkpointing` one. It holds every
@@ -305,8 +307,6 @@ class TrainerState:
         self.restore(safe_load.torch_load(os.path.join(ckpt_dir, nodes.snapshot_name(self.rank))))
         return True
 
-    @megatron_shim.on_any_thread
-    @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def load_checkpoint(self, ckpt_dir: str, optimizer: Optional[bool] = None) -> None:
         """Load a `save_checkpoint` directory into this rank: weights at any TP/PP size.
         `optimizer`: also restore optimizer state, RNG and counters (default: if the
