@@ -16,7 +16,14 @@ without faults and once per fault group, all injected through `YATT_FAULTS`
 * preemption: SIGTERM to a `yatt run` process group once step 0's checkpoint is being
   written, then `yatt run --resume`;
 * driver crash: the `yatt run` process dies (`os._exit`) after its last step, then
-  `yatt run --resume`.
+  `yatt run --resume`;
+* node loss, on an emulated cluster (`ray.cluster_utils.Cluster`: a head node without
+  devices, 2 nodes x 2 devices) with the multi-node tests' plan (configs/demo-cpu-4dev.yaml,
+  partial colocate: rollout on one node, a TP=2 GenRM on the other, a PP=2 x DP=2 trainer
+  with a replica per node, a checkpoint every step), against its own uninterrupted
+  reference: the GenRM's node is removed in step 0 and a replacement joins 3 s later; a
+  trainer rank's node is removed in step 2 and none joins, so the run checkpoints step 1
+  from the driver's copy and stops; a node joins and `run_plan(resume=True)` finishes.
 
 A fault is survived when the run (with its resume) ends with metrics.csv equal to the
 reference's on every column the trainer and sampler compute, and every sample in the trace
@@ -153,6 +160,75 @@ def driver_crash(plan_file: Path, out: Path, steps: int, fault_dir: Path) -> dic
             "resume_s": _resume(out, _env(fault_dir)), "steps_redone": steps - 1 - sealed}
 
 
+NODE_WAIT_S = 20.0
+NODE_STEPS = 3
+
+
+def node_loss(tmp: Path) -> dict[str, dict]:
+    """The node-loss drill (module doc) in this process on its own emulated cluster."""
+    import ray
+
+    from yatt.core.config import load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.core.roles import Mode, ReleasePolicy, Role
+    from yatt.exec.env import job_runtime_env
+    from yatt.exec.node_drill import NodeDrill, emulated_cluster
+    from yatt.exec.runner import run_plan
+    from yatt.exec.supervisor import RunAborted
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml")
+    exp = dataclasses.replace(exp, checkpoint=dataclasses.replace(
+        exp.checkpoint, every_steps=1, node_wait_s=NODE_WAIT_S))
+    plan = make_plan(exp, Mode.PARTIAL, rollout_devices=2, genrm_tp=2, reference_tp=2,
+                     release=ReleasePolicy.RESIDENT)
+    trainer = dataclasses.replace(plan.placement(Role.TRAINER), pp=2)
+    plan = dataclasses.replace(plan, placements=tuple(
+        trainer if p.role is Role.TRAINER else p for p in plan.placements))
+    cluster = emulated_cluster(nodes=2, gpus_per_node=2)
+    ray.init(address=cluster.address, runtime_env=job_runtime_env(True), log_to_driver=False)
+    try:
+        ref, out = tmp / "nodes-reference", tmp / "nodes"
+        run_plan(plan, steps=NODE_STEPS, out_dir=ref, seed=0, progress=False, log=lambda m: None)
+        marks = tmp / "markers-nodes"
+        marks.mkdir()
+        os.environ.update(YATT_FAULT_DIR=str(marks),
+                          YATT_FAULTS=f"genrm.stall@1,trainer[2].stall@{NODE_STEPS}")
+        drill = NodeDrill(cluster, marks, [3.0, None]).start()
+        stopped = ""
+        try:
+            run_plan(plan, steps=NODE_STEPS, out_dir=out, seed=0, progress=False,
+                     log=lambda m: None)
+        except RunAborted as e:
+            stopped = str(e)
+        finally:
+            exit_s = round(time.monotonic() - drill.times[-1], 2) if drill.times else None
+            drill.stop()
+            os.environ.pop("YATT_FAULTS", None)
+        cluster.add_node(num_cpus=0, num_gpus=2)
+        cluster.wait_for_nodes()
+        t = time.monotonic()
+        tr = run_plan(plan, steps=NODE_STEPS, out_dir=out, seed=0, progress=False,
+                      resume=True, log=lambda m: None)
+        resume_s = round(time.monotonic() - t, 2)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    ok = (_equal(ref, out) and _once(out, NODE_STEPS * plan.experiment.workload.samples_per_step)
+          and "resume with: yatt run --resume" in stopped)
+    records = tr.meta.extra.get("faults", [])
+    first = records[0] if records else {}
+    return {
+        "node lost, a node joined 3 s later": {
+            "survived": ok and len(records) == 2, "step": first.get("step"),
+            "recovery_s": first.get("recovery_s"), "steps_redone": 1, "run": "nodes",
+            "note": f"{plan.describe()} on 2 emulated nodes; redone from the driver's snapshot copy"},
+        "node lost, no capacity": {
+            "survived": ok, "step": records[1]["step"] if len(records) > 1 else None,
+            "signal_to_exit_s": exit_s, "resume_s": resume_s, "steps_redone": 1, "run": "nodes",
+            "note": f"waited checkpoint.node_wait_s={NODE_WAIT_S:.0f} s, checkpointed the last "
+                    "good step, stopped with the --resume line"}}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=4)
@@ -199,6 +275,7 @@ def main() -> int:
     r = driver_crash(plan_file, out, a.steps, tmp)
     kinds["driver crash"] = dict(r, survived=_equal(tmp / "reference", out)
                                  and _once(out, samples))
+    kinds.update(node_loss(tmp))
     res = {"plan": plan.describe(), "config": "configs/demo-cpu.yaml", "steps": a.steps,
            "samples_per_run": samples, "reference_wall_s": reference_s,
            "checkpoint_every_steps": 1, "distributed_optimizer": True,

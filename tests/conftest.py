@@ -1,8 +1,10 @@
 """Shared test configuration: GPU tests are skipped on machines without CUDA; one emulated
 Ray cluster per session and the tiny demo models, for every test that runs the executor.
 
-The cluster is 2 emulated nodes x 2 fake GPUs (`ray.cluster_utils.Cluster`), so the
-node-spanning placement test and the 2-device end-to-end runs share one start-up. It
+The cluster is 2 emulated nodes x 2 fake GPUs (`ray.cluster_utils.Cluster`) under a head
+node without GPUs (it holds Ray's GCS and the driver, as on many clusters, so any device
+node can be taken away by the node-loss test), and the node-spanning placement test and
+the 2-device end-to-end runs share one start-up. It
 ends with `ray.shutdown()` and `cluster.shutdown()` (never `ray stop`).
 """
 from __future__ import annotations
@@ -54,12 +56,10 @@ def ray_cluster():
 
     apply_local_env(cpu=True)
     import ray
-    from ray.cluster_utils import Cluster
 
-    cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 2, "num_gpus": 2, "include_dashboard": False})
-    cluster.add_node(num_cpus=0, num_gpus=2)
-    cluster.wait_for_nodes()
+    from yatt.exec.node_drill import emulated_cluster
+
+    cluster = emulated_cluster(nodes=2, gpus_per_node=2)
     ray.init(address=cluster.address, runtime_env=job_runtime_env(True), log_to_driver=False)
     yield cluster
     ray.shutdown()

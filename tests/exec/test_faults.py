@@ -107,3 +107,27 @@ def test_a_trainer_write_failure_is_one_line():
             == "No space left on device: b.distcp, trainer rank 1")
     assert _write_failure(Failed({0: (RuntimeError("boom\nmore"), None)})) == "RuntimeError: boom, trainer rank 0"
     assert _write_failure(Failed({})) == "the shard write failed on another trainer rank"
+
+
+def test_an_actor_index_picks_which_actor_a_one_actor_event_fires_in(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, "trainer[2].stall@2,genrm.stall@1")
+    monkeypatch.setenv(faults.DIR_ENV, str(tmp_path))
+    assert faults.parse("trainer[2].stall@2") == (faults.Fault("trainer", "stall", 2, index=2),)
+    ranks = [faults.hook("trainer", index=i) for i in range(4)]
+    for h in ranks:
+        h.tick()
+        h.tick()
+    assert [h.fires("stall") for h in ranks] == [False, False, True, False]
+    assert (tmp_path / "yatt-fault-trainer[2].stall@2").exists()   # the harness's signal
+    again = faults.hook("trainer", index=2)                        # restarted: once per run
+    again.tick()
+    again.tick()
+    assert not again.fires("stall")
+
+
+@pytest.mark.parametrize("bad", ["trainer[x].stall@1", "trainer[-1].exit@1", "controller.stall@1",
+                                 "checkpoint.stall@1", "driver.stall@1"])
+def test_parse_rejects_bad_indices_and_stall_roles(bad):
+    with pytest.raises(InputError) as e:
+        faults.parse(bad)
+    assert bad in str(e.value)

@@ -14,6 +14,13 @@ Two runs, shared by every assertion here (each costs a minute or more on 2 cores
 * partial colocate on 4 emulated devices (configs/demo-cpu-4dev.yaml, 2 nodes x 2): two
   TP=1 rollout engines on node 0, a TP=2 GenRM on node 1 judging while rollout streams,
   a PP=2 x DP=2 trainer (one replica per node, its stages on the node's two devices).
+* the same partial plan losing a node twice (`cluster.remove_node` by
+  yatt.exec.node_drill, once a stalled actor's marker file names its node): in step 0 (the GenRM stalls in its
+  first `generate`) a new node joins a few seconds later, the lost actors restart on it
+  and the step is redone from the driver's copy of the snapshot; in step 1 (trainer rank
+  2 stalls in its second `train_step`) no node comes back, so the run checkpoints the last
+  good step from that copy and stops with the `--resume` line; a node then joins and
+  `--resume` finishes the run. Its metrics must equal the uninterrupted partial run's.
 """
 from __future__ import annotations
 
@@ -32,6 +39,10 @@ from yatt.core.specs import OldLogprobs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 STEPS = 2
+EXACT = ("loss", "kl", "entropy", "grad_norm", "reward_mean", "reward_std", "accuracy",
+         "response_tokens", "samples", "genrm_parse_fail")
+NODE_WAIT_S = 20.0     # checkpoint.node_wait_s of the node-loss run
+REJOIN_S = 3.0         # the first lost node's replacement joins this long after the loss
 
 
 def _with_trainer_pp(plan, pp: int):
@@ -64,15 +75,51 @@ def colocate(ray_cluster, demo_experiment, tmp_path_factory):
 @pytest.fixture(scope="module")
 def partial(ray_cluster, tmp_path_factory):
     from yatt.core.config import load_experiment
-    from yatt.core.layout import make_plan
     from yatt.exec.runner import run_plan
 
-    exp = load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml")
-    plan = _with_trainer_pp(make_plan(exp, Mode.PARTIAL, rollout_devices=2, rollout_tp=1,
-                                      genrm_tp=2, reference_tp=2,
-                                      release=ReleasePolicy.RESIDENT), 2)
+    plan = _partial_plan(load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml"))
     out = tmp_path_factory.mktemp("part-4dev") / "run"
     return plan, run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False), _rows(out)
+
+
+def _partial_plan(exp):
+    from yatt.core.layout import make_plan
+
+    return _with_trainer_pp(make_plan(exp, Mode.PARTIAL, rollout_devices=2, rollout_tp=1,
+                                      genrm_tp=2, reference_tp=2,
+                                      release=ReleasePolicy.RESIDENT), 2)
+
+
+@pytest.fixture(scope="module")
+def node_loss(ray_cluster, partial, tmp_path_factory):
+    """The partial plan of `partial`, losing a node twice (module doc); then resumed."""
+    from yatt.core.config import load_experiment
+    from yatt.exec.node_drill import NodeDrill
+    from yatt.exec.runner import run_plan
+    from yatt.exec.supervisor import RunAborted
+
+    exp = load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml")
+    exp = dataclasses.replace(exp, checkpoint=dataclasses.replace(
+        exp.checkpoint, every_steps=1, node_wait_s=NODE_WAIT_S))
+    plan = _partial_plan(exp)
+    root = tmp_path_factory.mktemp("node-loss")
+    out, logs = root / "run", []
+    aborted = None
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("YATT_FAULTS", "genrm.stall@1,trainer[2].stall@2")
+        mp.setenv("YATT_FAULT_DIR", str(root))
+        drill = NodeDrill(ray_cluster, root, [REJOIN_S, None]).start()
+        try:
+            run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False, log=logs.append)
+        except RunAborted as e:
+            aborted = str(e)
+        finally:
+            drill.stop()
+    ray_cluster.add_node(num_cpus=0, num_gpus=2)     # capacity is back (and the fixture's shape)
+    ray_cluster.wait_for_nodes()
+    trace = run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False,
+                     resume=True, log=logs.append)
+    return out, trace, logs, drill.events, aborted, _rows(out)
 
 
 def _rows(run_dir: Path) -> list[dict[str, float]]:
@@ -137,3 +184,35 @@ def test_partial_tp2_genrm_on_four_devices(partial):
         assert math.isfinite(m["loss"]) and m["skipped"] == 0 and m["genrm_parse_fail"] >= 0
         assert m["samples"] == plan.experiment.workload.samples_per_step
     assert {s.dp_rank for s in trace.samples} == {0, 1}            # PP=2 x DP=2 trainer
+
+
+@pytest.mark.slow
+def test_a_lost_node_is_waited_for_replaced_and_its_step_redone(node_loss):
+    _, trace, logs, harness, _, _ = node_loss
+    assert harness[:2] == ["removed a node at stall 1", "a node joined"]
+    assert any("step 0: lost node" in m and "devices 2,3" in m and "node_wait_s" in m
+               for m in logs)
+    assert any(m.startswith("capacity is back") and "redoing step 0" in m for m in logs)
+    assert [(f["step"], f["role"]) for f in trace.meta.extra["faults"]] == [(0, "node"), (1, "node")]
+
+
+@pytest.mark.slow
+def test_no_capacity_checkpoints_the_last_good_step_and_stops_with_the_resume_line(node_loss):
+    out, trace, logs, harness, aborted, _ = node_loss
+    assert harness[2] == "removed a node at stall 2"
+    assert aborted is not None and "step 1" in aborted and f"within {NODE_WAIT_S:.0f} s" in aborted
+    assert "step-000000" in aborted and f"yatt run --resume {out}" in aborted
+    assert any("the driver's copy of the last good state" in m for m in logs)
+    assert trace.meta.extra["resumed_from"] == "step-000000"
+
+
+@pytest.mark.slow
+def test_a_run_with_lost_nodes_equals_the_uninterrupted_one(node_loss, partial):
+    _, trace, _, _, _, rows = node_loss
+    plan, _, ref = partial
+    assert [r["step"] for r in rows] == [r["step"] for r in ref] == list(range(STEPS))
+    for got, want in zip(rows, ref):
+        assert {k: got[k] for k in EXACT} == {k: want[k] for k in EXACT}
+    assert rows[-1]["restarts"] == 2
+    keys = [(s.step, s.sample_id) for s in trace.samples]           # exactly once
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step

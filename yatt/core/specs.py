@@ -386,7 +386,7 @@ class CheckpointSpec:
     stop the run. A checkpoint that cannot be written is removed (the previous one stays
     the newest) and the run goes on, or stops if `required`. On SIGTERM or SIGINT the run
     checkpoints its last good step and exits 0 (`preempt_grace_s`: the grace period before
-    the cluster's SIGKILL).
+    the cluster's SIGKILL). When a node is lost, the run waits `node_wait_s` for capacity.
     """
 
     every_steps: int = spec_field(10, ge=0, le=MAX_STEPS, help="checkpoint every N completed steps (0: off)")
@@ -407,6 +407,11 @@ class CheckpointSpec:
                                         help="on SIGTERM/SIGINT: seconds until the cluster's SIGKILL; "
                                              "the step in progress gets half to finish, then the "
                                              "last good step is checkpointed and the run exits 0")
+    node_wait_s: float = spec_field(600.0, ge=0, le=86400.0,
+                                    help="when a node is lost: seconds to wait for capacity to "
+                                         "return (the lost actors then restart and the step is "
+                                         "redone); past it the last good step is checkpointed "
+                                         "and the run stops with the --resume command")
 
     @property
     def any_trigger(self) -> bool:

@@ -299,6 +299,7 @@ class EngineServer:
         if self.fault is not None:
             self.fault.tick()
             self.fault.maybe_exit()      # injected crash (tests)
+            self.fault.maybe_stall()     # injected hang: its node is taken away (tests)
         if not requests:
             return []
         call = _Call(remaining=len(requests), future=asyncio.get_running_loop().create_future(),

@@ -32,6 +32,7 @@ from .controller import ControllerConfig, ControllerGroup, Moments
 from .data import check_resume_position
 from .env import apply_local_env, ensure_ray, has_cuda, stop_ray, worker_env
 from .job import Job, prepare_job
+from .nodes import NodeWatch
 from .rayutil import get_all
 from .recorder import Progress, Recorder
 from .rollout import EngineConfig
@@ -221,12 +222,14 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                              arun.republish, steps, log, data_position=job.source.position)
             sup.extra_files = arun.engine_weights_for
             sup.ctls = groups
+            sup.watch = NodeWatch(placement)
             _run_async(arun, sup, actors, ck_dir, state, start, steps, tracker, bar, log,
                        exp, guard)
             return rec.write(out_dir, steps)
         runner = StepRunner(plan, actors, ctl, rec, release, genrm, total_steps=steps)
         sup = Supervisor(plan, actors, ctl, rec, release, exp.checkpoint, out_dir,
                          runner.push_weights, steps, log, data_position=job.source.position)
+        sup.watch = NodeWatch(placement)
         if ck_dir is not None:
             get_all([w.load_checkpoint.remote(str(ck_dir / ckpt.TRAINER)) for w in actors.trainers])
             runner.push_weights()

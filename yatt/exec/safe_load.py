@@ -30,6 +30,8 @@ from typing import Any, BinaryIO, Optional
 
 import torch
 
+from .nodes import is_snapshot_name
+
 TRAINER = "trainer"
 COMMON = "common.pt"
 METADATA = ".metadata"
@@ -168,6 +170,13 @@ def _scan_trainer(d: Path) -> None:
     if not d.is_dir():
         raise UnsafeCheckpoint(f"{d}: missing")
     names = sorted(os.listdir(d))
+    if names and all(is_snapshot_name(n) for n in names):   # a snapshot checkpoint (nodes.py)
+        for n in names:
+            try:
+                torch_load(d / n)
+            except UnsafeCheckpoint as e:
+                raise UnsafeCheckpoint(f"{d / n}: {e}") from None
+        return
     for n in names:
         p = d / n
         if n == COMMON:

@@ -20,7 +20,11 @@ around each step:
   forgets the step's partial records and lets the runner redo the step;
 * when a step's loss or gradients were non-finite, the trainer has already skipped the
   optimizer update; the supervisor also restores the snapshot (the last good state),
-  counts and logs it, and stops the run after `max_nonfinite_steps` in a row.
+  counts and logs it, and stops the run after `max_nonfinite_steps` in a row;
+* when a whole node is lost (its actors and its object store with them), the supervisor
+  waits `node_wait_s` for capacity, restores every rank from the driver's copy of the
+  snapshot (nodes.py) and redoes the step; if no capacity comes, it checkpoints that copy
+  and stops with the `--resume` command.
 
 Prompts and sampling seeds are functions of (seed, step, round), so the data position is
 the step counter and a redone or resumed step sees exactly the same data.
@@ -41,6 +45,7 @@ from yatt.core.specs import CheckpointSpec
 
 from . import checkpoint as ckpt
 from . import faults
+from .nodes import NodeWatch, write_snapshots
 from .controller import StepController
 from .rayutil import get_all, is_actor_fault, wait_alive
 from .worker_errors import describe
@@ -96,6 +101,7 @@ class Supervisor:
         self.failed: dict[int, str] = {}         # checkpoint step -> why its write failed
         self._told: set[int] = set()             # failures already logged
         self._disk = faults.hook("checkpoint")   # tests: a write fails as on a full disk
+        self.watch: Optional[NodeWatch] = None   # set by the runner: node loss (nodes.py)
 
     def resumed(self, state: dict) -> None:
         """Continue the counters of a resumed run (state.json `run`)."""
@@ -111,7 +117,9 @@ class Supervisor:
         the driver, so it outlives a rank that dies later). The next snapshot or a restore
         waits for it and surfaces its error."""
         get_all(self.snaps)
-        self.snaps = [w.snapshot.remote() for w in self.actors.trainers]
+        self.snaps = refs = [w.snapshot.remote() for w in self.actors.trainers]
+        if self.watch is not None and self.watch.replicate:   # a copy that outlives a node
+            self._background(lambda: self.watch.keep(refs))
         if wait:
             get_all(self.snaps)
 
@@ -156,28 +164,12 @@ class Supervisor:
         """Start a checkpoint of the state after `step`. The trainer's write is asynchronous
         (megatron's writer process); the driver's part (state.json, the trace so far, and
         later the manifest + rename) runs on one background thread, in order."""
-        import copy
-
         try:
             part = ckpt.fresh_dir(self.out, step)   # made by us: no link planted in its place
         except OSError as e:
             self.failed[step] = _why(e)
             return
-        done = step + 1
-        state = {
-            "step": step, "next_step": done, "total_steps": self.total_steps,
-            "seed": self.rec.seed,
-            "data_position": {"next_step": done, "round": 0, **self.data_position(done)},
-            "controllers": {"count": self.ctl.count,
-                            "note": "per-step state only: prompts/seeds derive from (seed, step, round)"},
-            "run": copy.deepcopy({"restarts": self.counters.restarts,
-                                  "rollbacks": self.counters.rollbacks,
-                                  "nonfinite_streak": self.counters.nonfinite_streak,
-                                  "faults": self.counters.faults}),
-            "trace_end_s": max((s.end_s for s in self.rec.spans), default=0.0),
-            "metrics": [dict(m) for m in self.rec.metrics], "extra": copy.deepcopy(self.rec.extra)}
-        trace = self.rec.trace(done)            # immutable records: a consistent copy
-        extra = self.extra_files(done) if self.extra_files is not None else None
+        state, trace, extra = self._driver_files(step)
         full = False
         if self._disk is not None:
             self._disk.tick()
@@ -209,6 +201,28 @@ class Supervisor:
             self._collect()
             if tdir in self.pending:   # the thread writer's save comes back finalised
                 self._seal(tdir)
+
+    def _driver_files(self, step: int) -> tuple[dict, Any, Optional[Callable[[Path], None]]]:
+        """What the driver writes into the checkpoint of `step`: state.json's content, the
+        trace so far, and the extra files' writer (None: none)."""
+        import copy
+
+        done = step + 1
+        state = {
+            "step": step, "next_step": done, "total_steps": self.total_steps,
+            "seed": self.rec.seed,
+            "data_position": {"next_step": done, "round": 0, **self.data_position(done)},
+            "controllers": {"count": self.ctl.count,
+                            "note": "per-step state only: prompts/seeds derive from (seed, step, round)"},
+            "run": copy.deepcopy({"restarts": self.counters.restarts,
+                                  "rollbacks": self.counters.rollbacks,
+                                  "nonfinite_streak": self.counters.nonfinite_streak,
+                                  "faults": self.counters.faults}),
+            "trace_end_s": max((s.end_s for s in self.rec.spans), default=0.0),
+            "metrics": [dict(m) for m in self.rec.metrics], "extra": copy.deepcopy(self.rec.extra)}
+        trace = self.rec.trace(done)            # immutable records: a consistent copy
+        extra = self.extra_files(done) if self.extra_files is not None else None
+        return state, trace, extra
 
     def boundary(self, step: int) -> None:
         """The checkpoint work between two steps: surface the previous boundary's results,
@@ -395,14 +409,25 @@ class Supervisor:
         self._dead = None
         self.counters.restarts += 1
         why = describe(e)
-        self.log(f"step {step}: {role} actor died ({type(e).__name__}); restarting it and "
-                 f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})"
-                 + (f"; {why}" if why else ""))
+        lost = self.watch.lost() if self.watch is not None else {}
+        if lost:
+            role = "node"
+        else:
+            self.log(f"step {step}: {role} actor died ({type(e).__name__}); restarting it and "
+                     f"redoing the step (restart {self.counters.restarts}/{self.spec.max_restarts})"
+                     + (f"; {why}" if why else ""))
         if self.counters.restarts > self.spec.max_restarts:
             raise RunAborted(f"stopping: actor failures exceeded checkpoint.max_restarts="
                              f"{self.spec.max_restarts} (last: {role} at step {step}: "
                              f"{why or ' '.join(str(e).split())[:300]})") from e
         t = time.perf_counter()
+        survivors: set[int] = set()
+        if lost:
+            gone = {d for ds in lost.values() for d in ds}
+            survivors = {i for i, d in enumerate(self.plan.placement(Role.TRAINER).devices)
+                         if d not in gone}
+            self._await_nodes(lost, step, {"step": step, "round": rnd, "role": role,
+                                           "error": type(e).__name__})
         for g in self.ctls:
             _alive(list(getattr(g, "remote", [])))   # a dead controller: restarted by Ray
             g.call(StepController.shutdown)              # drop the step's queues
@@ -412,8 +437,11 @@ class Supervisor:
             for w in trainers:
                 if w._actor_id.hex() != dead:
                     ray.kill(w, no_restart=False)
+        elif role == "node":   # the lost node's ranks restart with it; restart the others
+            for i in sorted(survivors):
+                ray.kill(trainers[i], no_restart=False)
         engines = [x for es in self.actors.engines.values() for x in es]
-        restart_all = role in ("trainer", "unknown")
+        restart_all = role in ("trainer", "unknown", "node")
         _alive(engines + self.actors.refs)
         _alive(trainers, fresh=restart_all)
         if restart_all:
@@ -438,6 +466,67 @@ class Supervisor:
                                      "error": type(e).__name__,
                                      "recovery_s": round(time.perf_counter() - t, 3)})
         self.rec.extra["faults"] = self.counters.faults
+
+    def _await_nodes(self, lost: dict[str, list[int]], step: int, record: dict) -> None:
+        """A node of the run died: wait for capacity and put the driver's copy of the last
+        good snapshot back in the object store; if capacity does not return within
+        `checkpoint.node_wait_s`, record the fault (`record`, with no recovery time),
+        checkpoint that copy and stop with the `--resume` line."""
+        import shlex
+
+        assert self.watch is not None
+        what = "; ".join(f"node {n[:12]} (devices {','.join(map(str, d))})"
+                         for n, d in lost.items())
+        wait = self.spec.node_wait_s
+        resume = f"yatt run --resume {shlex.quote(str(self.out))}"
+        self.wait_io()                       # the copy of the last snapshot, if it was taken
+        if self.watch.values(self.snaps) is None:
+            done = ckpt.complete(self.out)
+            raise RunAborted(
+                f"stopping: lost {what} at step {step} before the driver held a copy of the "
+                f"last good state; newest checkpoint: "
+                f"{done[-1][1].name if done else 'none'}; resume with: {resume}")
+        self.log(f"step {step}: lost {what}; waiting up to {wait:.0f} s for a node with its "
+                 f"devices to join (checkpoint.node_wait_s)")
+        t = time.monotonic()
+        if self.watch.wait_placed(wait, self.log):
+            self.log(f"capacity is back after {time.monotonic() - t:.0f} s; restarting the lost "
+                     f"actors and redoing step {step}")
+            self.snaps = self.watch.replica(self.snaps) or self.snaps
+            return
+        self.counters.faults.append({**record, "recovery_s": None, "stopped": True})
+        self.rec.extra["faults"] = self.counters.faults
+        import ray
+        # ranks left waiting on lost peers have nothing to finish; stopped first, so that no
+        # writer of theirs is still writing into the checkpoint directory made below
+        for w in self.actors.trainers:
+            ray.kill(w, no_restart=True)
+        where = self._checkpoint_copy()
+        raise RunAborted(
+            f"stopping: lost {what} at step {step} and no capacity returned within {wait:.0f} s "
+            f"(checkpoint.node_wait_s); "
+            + (f"the last good step is checkpointed in {where.name}; resume with: {resume}"
+               if where is not None else "no step was completed; run the same command again"))
+
+    def _checkpoint_copy(self) -> Optional[Path]:
+        """Seal a snapshot checkpoint of the last good step from the driver's copy (unless a
+        sealed checkpoint already holds it); the newest sealed checkpoint, or None."""
+        assert self.watch is not None
+        last = self.next_step - 1
+        done = ckpt.complete(self.out)
+        values = self.watch.values(self.snaps)
+        if last < 0 or (done and done[-1][0] >= last) or values is None:
+            return done[-1][1] if done else None
+        part = ckpt.fresh_dir(self.out, last)
+        state, trace, extra = self._driver_files(last)
+        ckpt.write_state(part, state)
+        trace.write_jsonl(part / ckpt.TRACE)
+        if extra is not None:
+            extra(part)
+        write_snapshots(part / ckpt.TRAINER, values)
+        final = ckpt.commit(self.out, last, self.spec.keep_last)
+        self.log(f"checkpoint {final} sealed (the driver's copy of the last good state)")
+        return final
 
     def _engines_up_at_step_start(self) -> dict[Role, bool]:
         """Which engine roles hold their devices when a step begins (as after `_launch`):

@@ -141,6 +141,7 @@ class MegatronTrainer(TrainerState):
         from megatron.core.distributed import finalize_model_grads
         if self.fault is not None:
             self.fault.maybe_exit()   # injected crash: peers are about to wait in a collective
+            self.fault.maybe_stall()     # injected hang: its node is taken away (tests)
         finalize_model_grads(models, None, **kw)
 
     # ---------------------------------------------------------------- forward helpers

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from . import faults, megatron_shim, safe_load
+from . import faults, megatron_shim, nodes, safe_load
 
 
 # Distributed optimizer checkpoint format: every rank writes its own shard of the Adam
@@ -289,6 +289,22 @@ class TrainerState:
         if why is not None:
             raise InputError(why, file=ckpt_dir)
 
+    def _load_snapshot_checkpoint(self, ckpt_dir: str) -> bool:
+        """Load this rank's file of a snapshot checkpoint (nodes.py: written when a node was
+        lost for good); False if `ckpt_dir` is a `dist_checkpointing` one. It holds every
+        rank's complete state, so it loads only at the saving TP, PP and DP sizes."""
+        names = _snapshot_files(ckpt_dir)
+        if not names:
+            return False
+        if len(names) != self.world:
+            from yatt.core.errors import InputError
+            raise InputError(f"holds the state of {len(names)} trainer ranks (a snapshot "
+                             f"checkpoint, written when a node was lost); allowed: a plan "
+                             f"whose trainer has {len(names)} ranks (this one: {self.world})",
+                             field="--resume", file=str(ckpt_dir))
+        self.restore(safe_load.torch_load(os.path.join(ckpt_dir, nodes.snapshot_name(self.rank))))
+        return True
+
     @megatron_shim.on_any_thread
     @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
     def load_checkpoint(self, ckpt_dir: str, optimizer: Optional[bool] = None) -> None:
@@ -298,6 +314,8 @@ class TrainerState:
         and the same optimizer kind (else an InputError naming the checkpoint)."""
         from megatron.core import dist_checkpointing
         safe_load.install()   # torch's and megatron's loaders: tensors and plain data only
+        if self._load_snapshot_checkpoint(ckpt_dir):
+            return
         counters = _saved_counters(ckpt_dir)
         if optimizer is None:
             optimizer = counters is not None
@@ -319,6 +337,10 @@ class TrainerState:
             self.nonfinite_steps = int(sd["counters"]["nonfinite_steps"])
         else:
             self.optimizer.reload_model_params()
+
+
+def _snapshot_files(ckpt_dir: str) -> list[str]:
+    return sorted(n for n in os.listdir(ckpt_dir) if nodes.is_snapshot_name(n))
 
 
 def _layout_error(counters: dict, distributed: bool, tp: int, pp: int) -> str | None:

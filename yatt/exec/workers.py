@@ -212,6 +212,7 @@ class ReferenceWorker:
         if self.fault is not None:
             self.fault.tick()
             self.fault.maybe_exit()      # injected crash (tests)
+            self.fault.maybe_stall()     # injected hang: its node is taken away (tests)
         out: list = [None] * len(input_ids)
         groups = group_consecutive([len(x) for x in input_ids],
                                    lambda count, longest: count * longest <= max_tokens)
