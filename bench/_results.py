@@ -248,6 +248,11 @@ def _gpu(d: dict) -> list[str]:
     env, der = d.get("env", {}), d.get("derived", {})
     out = [f"Device: {env.get('name')} ({env.get('sms')} SMs; {env.get('nvidia_smi')}), "
            f"torch {env.get('torch')}, CUDA {env.get('cuda')}.", ""]
+    dates: dict[str, list[str]] = {}
+    for section, when in (d.get("section_date") or {}).items():
+        dates.setdefault(when, []).append(section)
+    if len(dates) > 1:   # a --merge result: say which section was measured when
+        out += ["Measured: " + "; ".join(f"{', '.join(s)} on {w}" for w, s in sorted(dates.items())) + ".", ""]
     rows = [["bf16 GEMM ceiling, TFLOP/s", der.get("bf16_matmul_tflops")],
             ["device memory read, GB/s", der.get("hbm_read_gbps")],
             ["device memory copy, GB/s", der.get("hbm_copy_gbps")],

@@ -8,8 +8,9 @@ what it measured:
   matmul    bf16 TFLOP/s on random data, square and one decode-like skinny shape
   memory    device-memory copy/read/write GB/s (4 GiB buffers)
   host      pinned and pageable host<->device GB/s (1 GiB)
-  train     our MegatronTrainer (TP=1) on a ~250M model: fp32 (as the executor trains
-            today) and under bf16 autocast; model TFLOP/s
+  train     our MegatronTrainer (TP=1) on a ~250M model: fp32, fp32 under bf16 autocast,
+            and (CUDA) the executor's bf16 training (bf16 weights, fp32 main parameters and
+            Adam); model TFLOP/s
   decode    HF-transformers decode-step seconds against batch size for Qwen2.5-1.5B and
             Qwen2.5-7B shapes (random bf16 weights, 512-token context); eager HF is bound by
             its Python launch cost, so this is a host-overhead reading
@@ -83,6 +84,16 @@ def env_info(device: str) -> dict:
     else:
         info["name"] = platform.processor() or "cpu"
     return info
+
+
+def gpu_host(env: dict) -> str | None:
+    """The result's host line for a CUDA run (None: the CPU host, as `_results` describes it)."""
+    if env.get("device") != "cuda":
+        return None
+    smi = env.get("nvidia_smi", "").split(", ")
+    driver = f", driver {smi[1]}" if len(smi) > 1 else ""
+    return (f"one {env.get('name')} ({env.get('sms')} SMs{driver}), torch {env.get('torch')} + "
+            f"CUDA {env.get('cuda')}, Python {env.get('python')}")
 
 
 def _rows(xs) -> list[dict]:
@@ -218,7 +229,7 @@ def main() -> int:
     def save() -> None:
         res["derived"] = derive(res)
         res["model_check"] = model_check(res)
-        write_result(a.out, res)
+        write_result(a.out, res, host=gpu_host(res.get("env") or {}))
 
     def train() -> list[dict]:
         from yatt.exec.hf_model import build_hf_model
@@ -226,7 +237,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory() as d:
             path = build_hf_model(z["train_model"], Path(d) / "m", seed=0)
             return _rows(gp.megatron_train(z["train_model"], str(path), a.device,
-                                           z["train_points"], list(gp.Precision)))
+                                           z["train_points"], gp.device_precisions(a.device)))
 
     def decode() -> dict:
         return {m.name: _rows(gp.hf_decode(m, a.device, z["batches"], z["context"],
@@ -265,6 +276,7 @@ def main() -> int:
             res["errors"][name + "_trace"] = traceback.format_exc()[-3000:]
             print(f"[gpu_probe] {name} FAILED: {type(e).__name__}: {e}", flush=True)
         res["section_s"][name] = round(time.perf_counter() - t0, 2)
+        res.setdefault("section_date", {})[name] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         save()
         print(f"[gpu_probe] {name} done in {res['section_s'][name]} s", flush=True)
     print(json.dumps(res["derived"], indent=1, default=str))

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 U32 = 2.0 ** -24   # fp32 unit roundoff (torch.finfo(torch.float32).eps / 2)
+U16 = 2.0 ** -8    # bf16 unit roundoff (8 significant bits: torch.finfo(torch.bfloat16).eps / 2)
 ADAM_BETAS = (0.9, 0.999)   # Megatron OptimizerConfig's adam_beta1/adam_beta2 defaults
 
 
@@ -91,3 +92,11 @@ def adam_weight_tol(lr: float, steps: int, weight_scale: float, slack: float = 0
     own direction, and each update's own fp32 subtraction rounds by <= u * |w|."""
     moves = 2 * lr * sum(adam_step_ratio(t) for t in range(1, steps + 1))
     return moves * (1 + slack) + 2 * steps * U32 * max(1.0, weight_scale)
+
+
+def bf16_weight_tol(lr: float, steps: int, w0: float, w1: float) -> float:
+    """|w_bf16 - w_fp32| bound for one weight trained in bf16 (bf16 weights, fp32 main
+    parameters) and in fp32 from the same fp32 start `w0`, ending near `w1`: the main
+    parameter starts as the bf16 rounding of w0 (<= U16 * |w0|), Adam moves it as in
+    `adam_weight_tol`, and the bf16 weight read at the end rounds it once more (<= U16 * |w1|)."""
+    return U16 * (abs(w0) + abs(w1)) + adam_weight_tol(lr, steps, max(abs(w0), abs(w1)))

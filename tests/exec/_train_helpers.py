@@ -87,7 +87,8 @@ def make_batch(dp_rank: int = 0, n: int = 6, seed: int = 0):
 def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> None:
     """One rank of a multi-process trainer scenario; writes rank{rank}.pt to out_dir.
 
-    opts: tp, dp, pp (default 1), steps, arch, device, distributed_optimizer,
+    opts: tp, dp, pp (default 1), steps, arch, device, dtype (a `Dtype` value; bfloat16
+    trains bf16 weights on CUDA), distributed_optimizer,
     micro_batch_tokens, mini_batches, old_logprobs, same_data (bool), save_hf (bool),
     kl (bool: add ref logprobs = initial logprobs), fixed_old (default True: the batch
     carries the initial log-probs as its old log-probs).
@@ -99,6 +100,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     from megatron.core import parallel_state as ps
 
     from yatt.core.errors import InputError
+    from yatt.core.jobspec import Dtype
     from yatt.exec.trainer import MegatronTrainer
     spec = load_spec() if opts.get("arch", "qwen2") == "qwen2" else llama_spec()
     path = built_model(spec, opts.get("arch", "qwen2"))
@@ -108,7 +110,8 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
                          if k in opts})
     tr = MegatronTrainer(spec, str(path), algo, tp=opts["tp"], dp=opts["dp"], rank=rank,
                          master_addr="127.0.0.1", master_port=port,
-                         device=opts.get("device", "cpu"), pp=opts.get("pp", 1))
+                         device=opts.get("device", "cpu"), pp=opts.get("pp", 1),
+                         dtype=Dtype(opts.get("dtype", "float32")))
     dp_rank = ps.get_data_parallel_rank()
     if opts.get("split_of") is not None:      # this DP rank's half of a full batch
         full = make_batch(0, n=opts["split_of"])
@@ -130,6 +133,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
            "cuda": torch.cuda.is_available(), "pp_rank": ps.get_pipeline_model_parallel_rank()}
     if opts.get("save_hf"):
         res["hf"] = tr.hf_state_dict()
+        res["param_dtypes"] = sorted({str(p.dtype) for p in tr.model.parameters()})
         res["logprobs_after"] = tr.logprobs(batch.input_ids, batch.prompt_lens)
     if opts.get("nan_step"):
         bad = dc.replace(batch, advantages=(float("nan"),) * len(batch.advantages))

@@ -6,7 +6,8 @@ import math
 import pytest
 import torch
 
-from tests.exec._tolerance import adam_weight_tol, grad_norm_rel_tol, logprob_tol, loss_tol
+from tests.exec._tolerance import (adam_weight_tol, bf16_weight_tol, grad_norm_rel_tol, logprob_tol,
+                                   loss_tol)
 from tests.exec._train_helpers import (built_model, differing_leaves, hf_logprobs, load_spec,
                                        make_batch, spawn_trainers)
 from yatt.core.errors import InputError
@@ -285,3 +286,45 @@ def test_cuda_trainer_matches_cpu(tmp_path):
     for a, g in zip(cpu["logprobs0"], gpu["logprobs0"]):
         assert g == pytest.approx(a, abs=tol)
     _assert_same_training(gpu, cpu, b, lr=3e-4)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dist", [True, False], ids=["distributed-optimizer", "plain-optimizer"])
+def test_cuda_bf16_trainer_learns_keeps_fp32_state_and_restores_exactly(tmp_path, dist, monkeypatch):
+    """`dtype: bfloat16` on CUDA (what a GPU job trains): bf16 weights with fp32 main
+    parameters and Adam state. Its loss falls on a repeated batch, its weights stay within
+    bf16 rounding plus what Adam can move them of an fp32 run's, and a snapshot restore, an
+    async checkpoint loaded back, and that checkpoint in a fresh trainer replay the later
+    steps bit-exactly, as on CPU (the fp32 main parameters are part of the saved state)."""
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8")   # deterministic cuBLAS replays
+    lr, steps, ck = 1e-3, 3, tmp_path / "ck"
+    opts = {"tp": 1, "dp": 1, "lr": lr, "micro_batch_tokens": 32, "device": "cuda",
+            "distributed_optimizer": dist, "save_hf": True}
+    bf = spawn_trainers({**opts, "dtype": "bfloat16", "steps": steps, "state_roundtrip": str(ck),
+                         "replay_from_start": True}, tmp_path / "bf16")[0]
+    fp = spawn_trainers({**opts, "steps": steps}, tmp_path / "fp32")[0]
+    fresh = spawn_trainers({**opts, "dtype": "bfloat16", "steps": 0, "resume_from": str(ck),
+                            "later": True}, tmp_path / "fresh")[0]
+    assert bf["param_dtypes"] == ["torch.bfloat16"] and fp["param_dtypes"] == ["torch.float32"]
+    params = sum(v.numel() for v in fp["hf"].values())
+    fp32_state = sum(v.numel() for k, v in bf["snap"].items() if k.startswith("/optimizer/")
+                     and hasattr(v, "dtype") and v.dtype == torch.float32)
+    assert fp32_state >= 3 * params, (fp32_state, params)   # main params + both moments
+    losses = [m["loss"] for m in bf["metrics"]]
+    assert losses[-1] < losses[0], losses                   # it learns the repeated batch
+    from safetensors.torch import load_file
+    init = load_file(str(built_model(load_spec()) / "model.safetensors"))
+    for name, w in fp["hf"].items():
+        got, w0 = bf["hf"][name].cpu().float(), init[name].float()
+        tol = torch.tensor([bf16_weight_tol(lr, steps, a, b)
+                            for a, b in zip(w0.flatten().tolist(), w.flatten().tolist())])
+        diff = (got - w.float()).abs().flatten()
+        assert bool((diff <= tol).all()), (name, (diff - tol).max().item())
+    _replays(bf, "after_restore", "after_load")
+    assert bf["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
+                                   for m, a in zip(bf["metrics"], bf["metrics_again"])]
+    assert differing_leaves(bf["state_after"], bf["state_after_restore"]) == []
+    assert differing_leaves(bf["state_after"], bf["state_after_load"]) == []
+    assert differing_leaves(fresh["loaded"], bf["snap"]) == []
+    _replays({**fresh, "after": bf["after"]}, "after_resume")
+    assert differing_leaves(fresh["state_after_resume"], bf["state_after"]) == []

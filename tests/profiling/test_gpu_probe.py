@@ -56,8 +56,10 @@ def test_megatron_train_probe_runs_both_precisions(tmp_path):
     from yatt.exec.hf_model import build_hf_model
 
     path = build_hf_model(TINY, tmp_path / "m", seed=0)
-    pts = gp.megatron_train(TINY, str(path), "cpu", [(2, 16)], list(gp.Precision), reps=1)
+    pts = gp.megatron_train(TINY, str(path), "cpu", [(2, 16)], gp.device_precisions("cpu"), reps=1)
     assert [p.precision for p in pts] == [gp.Precision.FP32, gp.Precision.BF16_AUTOCAST]
+    with pytest.raises(ValueError, match="bf16 needs a CUDA device"):   # as the executor
+        gp.megatron_train(TINY, str(path), "cpu", [(2, 16)], [gp.Precision.BF16], reps=1)
     assert all(p.step_s > 0 and p.tflops == pytest.approx(gp.train_flops(TINY, 2, 16) / p.step_s / 1e12)
                for p in pts)
 

@@ -24,8 +24,16 @@ from yatt.core.specs import ModelSpec
 class Precision(str, Enum):
     """How the probe's Megatron step computes."""
 
-    FP32 = "fp32"                    # as the executor trains today: fp32 params and matmuls
-    BF16_AUTOCAST = "bf16-autocast"  # the same step under torch.autocast(bfloat16)
+    FP32 = "fp32"                    # fp32 params and matmuls (the executor's dtype: float32)
+    BF16_AUTOCAST = "bf16-autocast"  # the fp32 step under torch.autocast(bfloat16)
+    BF16 = "bf16"                    # the executor's dtype: bfloat16 on CUDA: bf16 weights,
+                                     # fp32 main parameters, gradients and Adam state
+
+
+def device_precisions(device: str) -> list[Precision]:
+    """The precisions a train probe can run on `device` (bf16 weights are CUDA-only, as in
+    the executor)."""
+    return [p for p in Precision if device.startswith("cuda") or p is not Precision.BF16]
 
 
 @dataclass(frozen=True)
@@ -157,20 +165,27 @@ def train_flops(spec: ModelSpec, batch: int, seq: int) -> float:
 def megatron_train(spec: ModelSpec, hf_path: str, device: str,
                    points: Sequence[tuple[int, int]], precisions: Sequence[Precision],
                    reps: int = 3, seed: int = 0) -> list[TrainPoint]:
-    """Our `MegatronTrainer` (the executor's trainer, TP=1) on `device`, per precision."""
+    """Our `MegatronTrainer` (the executor's trainer, TP=1) on `device`, per precision: one
+    trainer per precision (bf16 weights are built that way), each timed at every point."""
     import contextlib
 
     import numpy as np
     import torch
 
+    from yatt.core.jobspec import Dtype
+
     from .microbench import TrainBench
 
     dev_type = "cuda" if device.startswith("cuda") else "cpu"
-    bench = TrainBench(spec, hf_path, device, micro_batch_tokens=max(b * s for b, s in points))
+    bad = [p.value for p in precisions if p not in device_precisions(device)]
+    if bad:
+        raise ValueError(f"precision {', '.join(bad)} needs a CUDA device (got {device!r})")
     rng = np.random.default_rng(seed)
     out = []
-    try:
-        for precision in precisions:
+    for precision in precisions:
+        bench = TrainBench(spec, hf_path, device, micro_batch_tokens=max(b * s for b, s in points),
+                           dtype=Dtype.BFLOAT16 if precision is Precision.BF16 else Dtype.FLOAT32)
+        try:
             for batch, seq in points:
                 ctx = (torch.autocast(dev_type, dtype=torch.bfloat16)
                        if precision is Precision.BF16_AUTOCAST else contextlib.nullcontext())
@@ -178,8 +193,8 @@ def megatron_train(spec: ModelSpec, hf_path: str, device: str,
                     s = bench.step_time(batch, seq, reps, rng)
                 out.append(TrainPoint(precision, batch, seq, s,
                                       train_flops(spec, batch, seq) / s / 1e12))
-    finally:
-        bench.close()
+        finally:
+            bench.close()
     return out
 
 

@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, ModelSpec
 
 Tick = Callable[[str], None]
@@ -145,13 +146,15 @@ class TrainBench:
     (`microbench_ray`)."""
 
     def __init__(self, spec: ModelSpec, hf_path: str, device: str, micro_batch_tokens: int,
-                 tp: int = 1, rank: int = 0, port: int = 0, dp: int = 1):
+                 tp: int = 1, rank: int = 0, port: int = 0, dp: int = 1,
+                 dtype: Dtype = Dtype.FLOAT32):
         from yatt.exec.trainer import MegatronTrainer
 
         self.spec = spec
         self.trainer = MegatronTrainer(spec, hf_path, bench_algo(micro_batch_tokens), tp=tp,
                                        dp=dp, rank=rank, master_addr="127.0.0.1",
-                                       master_port=port or _free_port(), device=device)
+                                       master_port=port or _free_port(), device=device,
+                                       dtype=dtype)
 
     def step_time(self, batch: int, seq: int, reps: int, rng) -> float:
         """Seconds of one `train_step` on `batch` sequences of `seq` tokens (half prompt)."""
