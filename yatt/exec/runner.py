@@ -353,7 +353,7 @@ def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Calla
             bar.step(row)
             if crash is not None:
                 crash.tick()
-                crash.maybe_exit(before=sup.wait_io)   # the sealed checkpoints are then known
+                crash.maybe_exit(before=sup.checkpoints.wait_io)   # the sealed checkpoints are then known
     except preempt.Abort:   # the step overran its share of the grace period
         aborted = step
     before_exit()
@@ -366,7 +366,7 @@ def _drive(start: int, steps: int, attempt: Callable[[int], dict], commit: Calla
         fresh = ck is not None and int(ck.name.removeprefix("step-")) >= start
         raise preempt.Preempted(guard.signame, how, ck, guard.elapsed_s() if fresh else None,
                                 sup.out)
-    sup.finish(last_step=steps - 1)
+    sup.checkpoints.finish(last_step=steps - 1)
     return step
 
 

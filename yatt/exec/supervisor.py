@@ -9,11 +9,8 @@ around each step:
   a step can always be redone from the state it started with; the ranks take the copy
   while the driver already starts the next step;
 * on the plan's checkpoint schedule, an asynchronous `dist_checkpointing` save starts
-  (the trainers plan it and hand the write off while the driver already starts the next
-  step), together with `state.json` (step counter, data position, run state, metrics) and
-  the trace so far, written on a driver thread; a finished write is finalised by the
-  trainers at a later step boundary and sealed (manifest + atomic rename, checkpoint.py)
-  on that thread;
+  while the driver already starts the next step; the driver's files, the sealing and a
+  failed write's line are ckpt_driver.py's;
 * when an actor dies mid-step (`RayActorError`), Ray restarts it (`max_restarts`); the
   supervisor re-forms the trainer process group if a trainer died, restores every
   trainer rank from the snapshot, resets and re-arms the engines with those weights,
@@ -31,7 +28,6 @@ the step counter and a redone or resumed step sees exactly the same data.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import sys
 import time
@@ -44,20 +40,11 @@ from yatt.core.roles import Mode, Role
 from yatt.core.specs import CheckpointSpec
 
 from . import checkpoint as ckpt
-from . import faults
-from .nodes import NodeWatch, write_snapshots
+from .ckpt_driver import CheckpointDriver, RunAborted
 from .controller import StepController
+from .nodes import NodeWatch
 from .rayutil import get_all, is_actor_fault, wait_alive
 from .worker_errors import describe
-
-
-def _why(e: OSError) -> str:
-    """`[Errno 28] No space left on device: 'FILE'` without the run's absolute path noise."""
-    return f"{e.strerror or type(e).__name__}" + (f": {Path(e.filename).name}" if e.filename else "")
-
-
-class RunAborted(RuntimeError):
-    """The run cannot continue (e.g. repeated non-finite steps, restarts exhausted)."""
 
 
 def _alive(handles: list, fresh: bool = False) -> None:
@@ -86,21 +73,13 @@ class Supervisor:
         self.next_step = 0   # the first step not yet done (after_step advances it)
         self.ctls = [ctl]    # every controller group (async runs cycle through several)
         self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
-        self.schedule = ckpt.Schedule(spec.every_steps, spec.every_minutes, spec.at_steps)
         self.counters = Counters()
         self.snaps: list = []
-        self.pending: dict[str, int] = {}       # trainer dir being written -> step
-        self._io = None                          # driver-side checkpoint I/O thread (lazy)
-        self._io_jobs: list = []
-        self._saving: list = []                  # trainers' save calls not yet awaited
         self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
         self.data_position = data_position or (lambda next_step: {})
-        self.last_saved = -1
         # extra files of a checkpoint: next step -> a writer into the checkpoint's directory
         self.extra_files: Optional[Callable[[int], Callable[[Path], None]]] = None
-        self.failed: dict[int, str] = {}         # checkpoint step -> why its write failed
-        self._told: set[int] = set()             # failures already logged
-        self._disk = faults.hook("checkpoint")   # tests: a write fails as on a full disk
+        self.checkpoints = CheckpointDriver(spec, self.out, actors, self._driver_files, rec, log)
         self.watch: Optional[NodeWatch] = None   # set by the runner: node loss (nodes.py)
 
     def resumed(self, state: dict) -> None:
@@ -119,7 +98,7 @@ class Supervisor:
         get_all(self.snaps)
         self.snaps = refs = [w.snapshot.remote() for w in self.actors.trainers]
         if self.watch is not None and self.watch.replicate:   # a copy that outlives a node
-            self._background(lambda: self.watch.keep(refs))
+            self.checkpoints.background(lambda: self.watch.keep(refs))
         if wait:
             get_all(self.snaps)
 
@@ -153,55 +132,13 @@ class Supervisor:
             self.snapshot(wait=False)
             row["snapshot_s"] = round(time.perf_counter() - t, 4)
         t = time.perf_counter()
-        self.boundary(step)
+        self.checkpoints.boundary(step)
         row.update(restarts=self.counters.restarts, rollbacks=self.counters.rollbacks,
                    ckpt_stall_s=round(time.perf_counter() - t, 4))
         self.next_step = step + 1
         return row
 
-    # ---- checkpoints -----------------------------------------------------------------
-    def save(self, step: int, async_save: Optional[bool] = None) -> None:
-        """Start a checkpoint of the state after `step`. The trainer's write is asynchronous
-        (megatron's writer process); the driver's part (state.json, the trace so far, and
-        later the manifest + rename) runs on one background thread, in order."""
-        try:
-            part = ckpt.fresh_dir(self.out, step)   # made by us: no link planted in its place
-        except OSError as e:
-            self.failed[step] = _why(e)
-            return
-        state, trace, extra = self._driver_files(step)
-        full = False
-        if self._disk is not None:
-            self._disk.tick()
-            full = self._disk.fires("enospc")
-
-        def write() -> None:
-            try:
-                ckpt.write_state(part, state)
-                if full:
-                    faults.fill_disk(part / ckpt.TRACE, b"x" * 4096)
-                trace.write_jsonl(part / ckpt.TRACE)
-                if extra is not None:
-                    extra(part)
-            except OSError as e:   # a full or failing disk: this checkpoint is dropped at its seal
-                self.failed[step] = _why(e)
-        self._background(write)
-        tdir = str(part / ckpt.TRAINER)
-        async_save = self.spec.async_save if async_save is None else async_save
-        self.pending[tdir] = step
-        self.last_saved = step
-        self.schedule.saved()
-        # Not awaited: each trainer finalises the previous write, then plans and hands off
-        # this one while the driver starts the next step (an actor runs its calls one at a
-        # time, in order, so the save sees the state after `step` and the next step's
-        # training waits for it). `_collect` picks up the result at the next boundary and
-        # seals what was finalised.
-        self._saving = [w.save_checkpoint.remote(tdir, async_save) for w in self.actors.trainers]
-        if not async_save:
-            self._collect()
-            if tdir in self.pending:   # the thread writer's save comes back finalised
-                self._seal(tdir)
-
+    # ---- checkpoints (ckpt_driver.py) ----------------------------------------------
     def _driver_files(self, step: int) -> tuple[dict, Any, Optional[Callable[[Path], None]]]:
         """What the driver writes into the checkpoint of `step`: state.json's content, the
         trace so far, and the extra files' writer (None: none)."""
@@ -224,123 +161,6 @@ class Supervisor:
         extra = self.extra_files(done) if self.extra_files is not None else None
         return state, trace, extra
 
-    def boundary(self, step: int) -> None:
-        """The checkpoint work between two steps: surface the previous boundary's results,
-        seal what the trainers finalised, and start a save if one is due. At most one write
-        is in flight: a due save's call first finalises the previous one on the trainers, so
-        with a checkpoint every step, checkpoint s is sealed at boundary s + 2."""
-        self._drain()      # I/O of earlier boundaries: it had a whole step to finish
-        self._collect()    # the previous save's hand-off (done before this step trained)
-        due = self.schedule.due(step)
-        if due:
-            self.save(step)      # the trainers finalise the previous write first
-        elif self.pending:
-            self.poll(blocking=False)
-
-    def _collect(self) -> None:
-        """Wait for the trainers' last `save_checkpoint` calls (re-raise their error) and seal
-        the writes they finalised."""
-        calls, self._saving = self._saving, []
-        outs = get_all(calls)
-        self._finalised(outs[0] if outs else [])
-
-    def _finalised(self, results: list) -> None:
-        """Seal the writes the trainers finalised; one whose shards could not be written (a
-        full disk under the trainers' writer) is dropped, as a driver-side failure is."""
-        for tdir, why in results:
-            if why is not None:
-                self.failed.setdefault(self.pending[tdir], why)
-            self._seal(tdir)
-
-    def _collect_finished(self) -> None:
-        """`_collect` when every save call has returned; else forget the calls (their ranks
-        died with them)."""
-        import ray
-        calls = self._saving
-        if calls and len(ray.wait(calls, num_returns=len(calls), timeout=0)[0]) == len(calls):
-            with contextlib.suppress(Exception):   # a rank died inside its save call
-                self._collect()
-        self._saving = []
-
-    def _background(self, fn: Callable[[], None]) -> None:
-        """Run driver-side checkpoint I/O on one worker thread (FIFO: a checkpoint's files
-        are written before it is sealed). Errors surface at the next `_drain`."""
-        from concurrent.futures import ThreadPoolExecutor
-        if self._io is None:
-            self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="yatt-ckpt")
-        self._io_jobs.append(self._io.submit(fn))
-
-    def _drain(self) -> None:
-        """Wait for the background checkpoint I/O; re-raise its first error. A checkpoint
-        that could not be written is one line: a warning, or the run stops when
-        `checkpoint.required` (after the trainers finished with it, its files removed)."""
-        self.wait_io()
-        new = sorted(set(self.failed) - self._told)
-        if not new:
-            return
-        self._told.update(new)
-        self.rec.extra["checkpoint_failures"] = [
-            {"step": s, "error": w} for s, w in sorted(self.failed.items())]
-        # seal what the trainers finalised so far: the line names the newest valid one
-        if self.spec.required:
-            self.poll(blocking=True)
-        else:
-            self._collect()
-        self.wait_io()
-        done = ckpt.complete(self.out)
-        newest = done[-1][1].name if done else "none"
-        for step in new:
-            what = (f"checkpoint step-{step:06d} could not be written ({self.failed[step]}); "
-                    f"dropped, its partial files removed; newest valid checkpoint: {newest}")
-            if self.spec.required:
-                raise RunAborted(f"stopping: {what} (checkpoint.required: true)")
-            self.log(f"warning: {what}; the run goes on (checkpoint.required: false)")
-
-    def wait_io(self) -> None:
-        """Wait for the driver's checkpoint I/O thread to finish what it was given."""
-        jobs, self._io_jobs = self._io_jobs, []
-        for j in jobs:
-            j.result()
-
-    def poll(self, blocking: bool) -> None:
-        """Finalise the trainers' finished asynchronous writes (all of them if `blocking`)
-        and seal them on the I/O thread."""
-        self._collect()
-        if not self.pending:
-            return
-        outs = get_all([w.poll_checkpoints.remote(blocking) for w in self.actors.trainers])
-        self._finalised(outs[0])
-
-    def _seal(self, tdir: str) -> None:
-        step = self.pending.pop(tdir)
-
-        def seal() -> None:
-            if step not in self.failed:
-                try:
-                    final = ckpt.commit(self.out, step, self.spec.keep_last)
-                except OSError as e:      # the manifest or the rename failed
-                    self.failed[step] = _why(e)
-                else:
-                    self.log(f"checkpoint {final} sealed")
-                    return
-            # never sealed: the partial files go, the previous checkpoint stays the newest
-            ckpt.remove(ckpt.partial_dir(self.out, step))
-        self._background(seal)
-
-    def finish(self, last_step: int = -1) -> None:
-        """Save the last step unless it was (checkpoint.final), then wait for in-flight
-        checkpoint writes and seal them (end of run)."""
-        if self.spec.final and last_step >= 0 and self.last_saved != last_step:
-            self.poll(blocking=True)
-            # written in place: nothing trains after it (and no async writer to start)
-            self.save(last_step, async_save=False)
-        self.poll(blocking=True)
-        self._drain()
-        done = ckpt.complete(self.out)
-        if done:   # the recorder's extra is only touched from the driver's main thread
-            self.rec.extra["checkpoints"] = [d.name for _, d in done]
-            self.rec.extra["last_checkpoint"] = done[-1][1].name
-
     def checkpoint_now(self, last_good: int, aborted: Optional[int] = None) -> Optional[Path]:
         """A preempted run (preempt.py): checkpoint the last good step synchronously and
         return the newest sealed checkpoint (None if there is none). `aborted`: a step cut
@@ -350,13 +170,7 @@ class Supervisor:
         if aborted is not None:
             self.rec.drop_step(aborted)
             self._restore()
-        self.poll(blocking=True)     # the writes in flight, sealed on the I/O thread
-        if last_good >= 0 and self.last_saved != last_good and not (
-                (d := ckpt.complete(self.out)) and d[-1][0] >= last_good):
-            self.save(last_good, async_save=False)
-        self._drain()
-        done = ckpt.complete(self.out)
-        return done[-1][1] if done else None
+        return self.checkpoints.sync_save(last_good)
 
     # ---- faults ----------------------------------------------------------------------
     def _groups(self) -> dict[str, list]:
@@ -448,8 +262,7 @@ class Supervisor:
             # The old ranks' writer queues are gone: a checkpoint they had not finalised is
             # never sealed (prune removes it later). A save call that returned before the
             # rank died still reports what it finalised.
-            self._collect_finished()
-            self.pending.clear()
+            self.checkpoints.forget_ranks()
             addr, port = ray.get(trainers[0].address.remote())
             get_all([w.setup.remote(addr, port) for w in trainers])
         else:
@@ -479,7 +292,7 @@ class Supervisor:
                          for n, d in lost.items())
         wait = self.spec.node_wait_s
         resume = f"yatt run --resume {shlex.quote(str(self.out))}"
-        self.wait_io()                       # the copy of the last snapshot, if it was taken
+        self.checkpoints.wait_io()           # the copy of the last snapshot, if it was taken
         if self.watch.values(self.snaps) is None:
             done = ckpt.complete(self.out)
             raise RunAborted(
@@ -501,32 +314,12 @@ class Supervisor:
         # writer of theirs is still writing into the checkpoint directory made below
         for w in self.actors.trainers:
             ray.kill(w, no_restart=True)
-        where = self._checkpoint_copy()
+        where = self.checkpoints.seal_snapshots(self.next_step - 1, self.watch.values(self.snaps))
         raise RunAborted(
             f"stopping: lost {what} at step {step} and no capacity returned within {wait:.0f} s "
             f"(checkpoint.node_wait_s); "
             + (f"the last good step is checkpointed in {where.name}; resume with: {resume}"
                if where is not None else "no step was completed; run the same command again"))
-
-    def _checkpoint_copy(self) -> Optional[Path]:
-        """Seal a snapshot checkpoint of the last good step from the driver's copy (unless a
-        sealed checkpoint already holds it); the newest sealed checkpoint, or None."""
-        assert self.watch is not None
-        last = self.next_step - 1
-        done = ckpt.complete(self.out)
-        values = self.watch.values(self.snaps)
-        if last < 0 or (done and done[-1][0] >= last) or values is None:
-            return done[-1][1] if done else None
-        part = ckpt.fresh_dir(self.out, last)
-        state, trace, extra = self._driver_files(last)
-        ckpt.write_state(part, state)
-        trace.write_jsonl(part / ckpt.TRACE)
-        if extra is not None:
-            extra(part)
-        write_snapshots(part / ckpt.TRAINER, values)
-        final = ckpt.commit(self.out, last, self.spec.keep_last)
-        self.log(f"checkpoint {final} sealed (the driver's copy of the last good state)")
-        return final
 
     def _engines_up_at_step_start(self) -> dict[Role, bool]:
         """Which engine roles hold their devices when a step begins (as after `_launch`):
