@@ -198,6 +198,21 @@ def _replays(r: dict, *names: str) -> None:
     assert r["after"][0]["loss"] != r["after"][1]["loss"]   # not a trivial replay
 
 
+def _restores_exactly(r: dict, fresh: dict) -> None:
+    """A `state_roundtrip` + `replay_from_start` rank `r` and the same rank of a fresh
+    trainer that loaded its checkpoint (`resume_from` + `later`) replay exactly."""
+    _replays(r, "after_restore", "after_load")
+    # a snapshot taken before the first step (no Adam state yet) restores to it
+    assert r["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
+                                  for m, a in zip(r["metrics"], r["metrics_again"])]
+    assert differing_leaves(r["state_after"], r["state_after_restore"]) == []
+    assert differing_leaves(r["state_after"], r["state_after_load"]) == []
+    # the fresh trainer: the saved state exactly (RNG too: same world), then the same steps
+    assert differing_leaves(fresh["loaded"], r["snap"]) == []
+    _replays({**fresh, "after": r["after"]}, "after_resume")
+    assert differing_leaves(fresh["state_after_resume"], r["state_after"]) == []
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("dist", [True, False], ids=["distributed-optimizer", "plain-optimizer"])
 def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
@@ -216,16 +231,7 @@ def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
     for r, f in zip(run, fresh):
         assert r["sealed"] == [(str(ck), None)]
         assert r["steps_loaded"] == 2
-        _replays(r, "after_restore", "after_load")
-        # a snapshot taken before the first step (no Adam state yet) restores to it
-        assert r["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
-                                      for m, a in zip(r["metrics"], r["metrics_again"])]
-        assert differing_leaves(r["state_after"], r["state_after_restore"]) == []
-        assert differing_leaves(r["state_after"], r["state_after_load"]) == []
-        # the fresh trainer: the saved state exactly (RNG too: same world), then the same steps
-        assert differing_leaves(f["loaded"], r["snap"]) == []
-        _replays({**f, "after": r["after"]}, "after_resume")
-        assert differing_leaves(f["state_after_resume"], r["state_after"]) == []
+        _restores_exactly(r, f)
     moments = [sum(v.numel() for k, v in r["snap"].items() if k.endswith("/exp_avg_sq"))
                for r in run]
     params = sum(v.numel() for k, v in run[0]["snap"].items() if k.startswith("/model/")
@@ -320,11 +326,4 @@ def test_cuda_bf16_trainer_learns_keeps_fp32_state_and_restores_exactly(tmp_path
                             for a, b in zip(w0.flatten().tolist(), w.flatten().tolist())])
         diff = (got - w.float()).abs().flatten()
         assert bool((diff <= tol).all()), (name, (diff - tol).max().item())
-    _replays(bf, "after_restore", "after_load")
-    assert bf["metrics_again"] == [{**m, "step_time_s": a["step_time_s"]}
-                                   for m, a in zip(bf["metrics"], bf["metrics_again"])]
-    assert differing_leaves(bf["state_after"], bf["state_after_restore"]) == []
-    assert differing_leaves(bf["state_after"], bf["state_after_load"]) == []
-    assert differing_leaves(fresh["loaded"], bf["snap"]) == []
-    _replays({**fresh, "after": bf["after"]}, "after_resume")
-    assert differing_leaves(fresh["state_after_resume"], bf["state_after"]) == []
+    _restores_exactly(bf, fresh)
