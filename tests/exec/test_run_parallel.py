@@ -1,6 +1,6 @@
 """End-to-end `yatt run` (run_plan) of plans with TP=2 engines and a PP=2 trainer, on CPU.
 
-Two runs, shared by every assertion here (each costs a minute or more on 2 cores):
+Four runs, shared by every assertion here (each costs a minute or more on 2 cores):
 
 * colocate on the 2-device cluster (configs/demo-cpu.yaml): rollout and GenRM engines at
   TP=2 (one engine each over both devices, resident: a TP=2 engine takes 15-30 s to
@@ -11,6 +11,9 @@ Two runs, shared by every assertion here (each costs a minute or more on 2 cores
   supervisor re-arms), then, in the redone step, pipeline stage 0 dies after its backward
   pass while stage 1 waits on it (every rank restarts, the process group is re-formed, the
   stages are restored from the in-memory snapshot); the step is redone each time.
+* colocate on the same 4 devices, 2 nodes x 2: one TP=2 rollout engine and one TP=2
+  GenRM per node, a TP=2 reference per node, a DP=4 trainer across the nodes, so the
+  gradient all-reduce, the weight sync and the checkpoint all cross the node boundary.
 * partial colocate on 4 emulated devices (configs/demo-cpu-4dev.yaml, 2 nodes x 2): two
   TP=1 rollout engines on node 0, a TP=2 GenRM on node 1 judging while rollout streams,
   a PP=2 x DP=2 trainer (one replica per node, its stages on the node's two devices).
@@ -122,6 +125,18 @@ def node_loss(ray_cluster, partial, tmp_path_factory):
     return out, trace, logs, drill.events, aborted, _rows(out)
 
 
+@pytest.fixture(scope="module")
+def colocate_nodes(ray_cluster, tmp_path_factory):
+    from yatt.core.config import load_experiment
+    from yatt.core.layout import make_plan
+    from yatt.exec.runner import run_plan
+
+    plan = make_plan(load_experiment(ROOT / "configs" / "demo-cpu-4dev.yaml"), Mode.COLOCATE,
+                     rollout_tp=2, genrm_tp=2, reference_tp=2, release=ReleasePolicy.RESIDENT)
+    out = tmp_path_factory.mktemp("colo-4dev") / "run"
+    return plan, run_plan(plan, steps=STEPS, out_dir=out, seed=0, progress=False), out
+
+
 def _rows(run_dir: Path) -> list[dict[str, float]]:
     """metrics.csv's rows, numbers only (eval columns are empty on steps without eval)."""
     return [{k: float(v) for k, v in r.items() if v != ""}
@@ -168,6 +183,24 @@ def test_killed_tp2_engine_and_pp_stage_are_restarted_and_the_step_redone(coloca
     assert rows[-1]["restarts"] == 2
     keys = [(s.step, s.sample_id) for s in trace.samples]           # exactly once
     assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+
+
+@pytest.mark.slow
+def test_colocate_on_two_nodes_trains_syncs_and_checkpoints_across_them(colocate_nodes):
+    plan, trace, out = colocate_nodes
+    assert plan.describe() == "colocate R4(tp2) T4(tp1) G4(tp2)"
+    assert plan.cluster.nodes == 2 and plan.cluster.gpus_per_node == 2
+    for step in range(STEPS):
+        for phase in (Phase.ROLLOUT, Phase.GENRM, Phase.REF_LOGPROB, Phase.TRAIN,
+                      Phase.WEIGHT_SYNC):
+            (span,) = _spans(trace, phase, step)
+            assert span.devices == (0, 1, 2, 3), (step, phase)
+    assert {s.dp_rank for s in trace.samples} == {0, 1, 2, 3}       # DP=4 over both nodes
+    keys = [(s.step, s.sample_id) for s in trace.samples]
+    assert len(keys) == len(set(keys)) == STEPS * plan.experiment.workload.samples_per_step
+    for m in _rows(out):
+        assert math.isfinite(m["loss"]) and m["skipped"] == 0 and m["restarts"] == 0
+    assert (out / "checkpoints" / f"step-{STEPS - 1:06d}" / "manifest.json").is_file()
 
 
 @pytest.mark.slow
