@@ -58,3 +58,34 @@ def test_sequence_cost_and_attention_weight():
     assert b.sequence_cost(10, BalanceCost.TOKENS) == 10.0
     assert b.sequence_cost(10, BalanceCost.FLOPS, 0.5) == 60.0
     assert b.attention_weight(100, 1e6, 10) == 1e-3
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(1, 400), max_size=40), budget=st.integers(1, 2000),
+       order=st.randoms(use_true_random=False))
+def test_padded_packing_fits_takes_each_sequence_once_and_needs_fewest_groups(lengths, budget, order):
+    groups = b.pack_padded(lengths, budget)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    widths = [max(lengths[i] for i in g) for g in groups]
+    for g, w in zip(groups, widths):
+        assert len(g) == 1 or len(g) * w <= budget
+    assert widths == sorted(widths, reverse=True)
+    # longest first is optimal in group count (an exchange argument): no arrival order
+    # packs the same sequences into fewer groups
+    shuffled = list(lengths)
+    order.shuffle(shuffled)
+    fits = lambda count, longest: count * longest <= budget   # noqa: E731
+    assert len(groups) <= len(b.group_consecutive(shuffled, fits))
+    assert len(groups) <= len(b.group_consecutive(lengths, fits))
+
+
+def test_padded_packing_keeps_long_responses_from_widening_short_ones():
+    lengths = [300, 20, 20, 20, 300, 20, 20, 20]
+    groups = b.pack_padded(lengths, 1200)
+    assert groups == [[0, 4, 1, 2], [3, 5, 6, 7]]
+
+    def padded(gs):
+        return sum(len(g) * max(lengths[i] for i in g) for g in gs)
+    assert padded(groups) == 4 * 300 + 4 * 20
+    # in arrival order each long response widens a group of short ones
+    assert padded(b.group_consecutive(lengths, lambda c, m: c * m <= 1200)) == 8 * 300

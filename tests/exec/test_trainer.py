@@ -42,7 +42,7 @@ def _assert_same_training(got: dict, ref: dict, batch, lr: float) -> None:
 def test_micro_batches_respect_token_budget():
     lens = [5, 7, 3, 10, 2, 2]
     groups = micro_batches(lens, 16)
-    assert sum(groups, []) == list(range(len(lens)))
+    assert sorted(sum(groups, [])) == list(range(len(lens)))
     for g in groups:
         assert len(g) == 1 or len(g) * max(lens[i] for i in g) <= 16
 

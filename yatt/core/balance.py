@@ -12,8 +12,11 @@ KK <= GREEDY <= NAIVE always holds (see `guarded_greedy`).
 
 `mini_batches` splits one DP rank's share into the mini-batches of its optimizer steps.
 
-`group_consecutive` is the padded packing the trainer's micro-batches and the reference
-worker's forwards use; it lives here so the profiled cost model charges the same padding.
+`pack_padded` is the padded packing the trainer's micro-batches and the reference worker's
+forwards use: sequences longest first, so long responses share groups with each other
+instead of widening groups of short ones (as in arrival order), and no order packs the
+same sequences into fewer groups. It lives here so the profiled cost model charges the
+same padding.
 """
 from __future__ import annotations
 
@@ -26,7 +29,7 @@ from .roles import BalanceCost, BalancePolicy
 Partition = list[list[int]]
 
 # padded tokens per forward of the reference worker (`exec.workers.ReferenceWorker.logprobs`):
-# it right-pads consecutive sequences into groups of count x longest <= this, so the
+# it right-pads sequences, longest first, into groups of count x longest <= this, so the
 # profiled cost model charges the same padding (`planner.profiled`)
 REF_BATCH_TOKENS = 8192
 
@@ -46,6 +49,15 @@ def group_consecutive(lengths: Sequence[int], fits: Callable[[int, int], bool]) 
     if cur:
         out.append(cur)
     return out
+
+
+def pack_padded(lengths: Sequence[int], budget: int) -> list[list[int]]:
+    """Index groups of at most `budget` padded tokens (count x longest) over the sequences
+    sorted longest first (ties in index order); a longer sequence than `budget` is alone."""
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    groups = group_consecutive([lengths[i] for i in order],
+                               lambda count, longest: count * longest <= budget)
+    return [[order[j] for j in g] for g in groups]
 
 
 def mini_batches(share: Sequence[int], k: int) -> list[list[int]]:

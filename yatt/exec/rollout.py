@@ -154,12 +154,15 @@ class EngineCore:
     def add(self, rid: str, req: GenRequest, prompt_logprobs: bool = False) -> None:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
 
+        # FINAL_ONLY: `step` reads finished requests only, so the engine need not build a
+        # cumulative output (token and log-prob lists) for every running request every step
         sp = SamplingParams(n=1, temperature=req.temperature, max_tokens=req.max_tokens,
                             seed=req.seed, logprobs=0 if req.logprobs else None,
                             prompt_logprobs=0 if prompt_logprobs else None,
                             stop_token_ids=list(self.cfg.stop_token_ids or (self.cfg.eos_token_id,)),
-                            detokenize=False)
+                            detokenize=False, output_kind=RequestOutputKind.FINAL_ONLY)
         self.engine.add_request(rid, TokensPrompt(prompt_token_ids=list(req.prompt_ids)), sp)
 
     def step(self) -> list:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from yatt.core.balance import group_consecutive
+from yatt.core.balance import pack_padded
 from yatt.core.errors import InputError
 
 
@@ -41,5 +41,6 @@ class TrainBatch:
 
 
 def micro_batches(lengths: Sequence[int], micro_batch_tokens: int) -> list[list[int]]:
-    """Consecutive index groups whose padded size (count x longest) fits the token budget."""
-    return group_consecutive(lengths, lambda count, longest: count * longest <= micro_batch_tokens)
+    """Index groups whose padded size (count x longest) fits the token budget, longest
+    sequences first (`core.balance.pack_padded`)."""
+    return pack_padded(lengths, micro_batch_tokens)

@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 from typing import Optional
 
-from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
+from yatt.core.balance import REF_BATCH_TOKENS, pack_padded
 from yatt.core.jobspec import Dtype
 from yatt.core.specs import AlgoSpec, CheckpointSpec, ModelSpec
 
@@ -214,8 +214,7 @@ class ReferenceWorker:
             self.fault.maybe_exit()      # injected crash (tests)
             self.fault.maybe_stall()     # injected hang: its node is taken away (tests)
         out: list = [None] * len(input_ids)
-        groups = group_consecutive([len(x) for x in input_ids],
-                                   lambda count, longest: count * longest <= max_tokens)
+        groups = pack_padded([len(x) for x in input_ids], max_tokens)
         with torch.no_grad():
             for g in groups:
                 width = max(len(input_ids[i]) for i in g)

@@ -57,7 +57,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
-from yatt.core.balance import REF_BATCH_TOKENS, group_consecutive
+from yatt.core.balance import REF_BATCH_TOKENS, pack_padded
 from yatt.core.costmodel import CostModel
 from yatt.core.kvcache import job_kv_bytes
 from yatt.core.plan import Experiment, Parallel
@@ -87,9 +87,9 @@ _CONTENTION: dict[Phase, Callable[[Contention], float]] = {
 
 
 def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
-    """(count, longest) per padded group: consecutive sequences while count x longest fits
-    `budget`, as `exec.trainer.micro_batches` and the reference worker pack them."""
-    groups = group_consecutive(lengths, lambda count, longest: count * longest <= budget)
+    """(count, longest) per padded group of at most `budget` padded tokens, packed as
+    `exec.trainer.micro_batches` and the reference worker pack them (`pack_padded`)."""
+    groups = pack_padded(lengths, budget)
     return [(len(g), max(lengths[i] for i in g)) for g in groups]
 
 
