@@ -359,22 +359,29 @@ def _vs_trl(d: dict) -> list[str]:
     if phases:
         out += _table(["per step, small job", "s"], phases)
     out += [f"- {s}" for s in d.get("statements", [])] + [""]
-    g = d.get("genrm")
-    if g:
-        out += [f"GenRM job ({g.get('prompts_per_step')}×{g.get('samples_per_prompt')}, "
-                f"≤{g.get('max_new_tokens')} tokens, {g.get('steps')} steps; two compute threads "
-                "per side):", ""]
-        acc = g.get("accuracy_first5_last5", {})
-        rows = [[f"yatt {side.get('mode')} ({side.get('plan')})", side.get("steady_step_s"),
-                 side.get("predicted_step_s"), side.get("wall_s"),
-                 " → ".join(map(str, acc.get(f"yatt {side.get('mode')}", [])))]
-                for side in (g.get("yatt", {}), g.get("yatt_forced", {})) if side]
-        t = g.get("trl", {})
-        rows.append(["TRL GRPOTrainer, GenRM via HF generate", t.get("steady_step_s"), "",
-                     t.get("wall_s"), " → ".join(map(str, acc.get("trl", [])))])
-        out += _table(["side", "s/step", "predicted s/step", "wall s",
-                       "accuracy first 5 → last 5"], rows)
-        out += [f"- {s}" for s in g.get("statements", [])] + [""]
+    for key, title in (("genrm", "GenRM job"),
+                       ("genrm_long", "GenRM long job (random-init actor, long-tailed responses)")):
+        g = d.get(key)
+        if g:
+            out += _genrm_job(g, title)
+    return out
+
+
+def _genrm_job(g: dict, title: str) -> list[str]:
+    out = [f"{title} ({g.get('prompts_per_step')}×{g.get('samples_per_prompt')}, "
+           f"≤{g.get('max_new_tokens')} tokens, {g.get('steps')} steps; two compute threads "
+           "per side):", ""]
+    acc = g.get("accuracy_first5_last5", {})
+    rows = [[f"yatt {side.get('mode')} ({side.get('plan')})", side.get("steady_step_s"),
+             side.get("predicted_step_s"), side.get("wall_s"),
+             " → ".join(map(str, acc.get(f"yatt {side.get('mode')}", [])))]
+            for side in (g.get("yatt", {}), g.get("yatt_forced", {})) if side]
+    t = g.get("trl", {})
+    rows.append(["TRL GRPOTrainer, GenRM via HF generate", t.get("steady_step_s"), "",
+                 t.get("wall_s"), " → ".join(map(str, acc.get("trl", [])))])
+    out += _table(["side", "s/step", "predicted s/step", "wall s",
+                   "accuracy first 5 → last 5"], rows)
+    out += [f"- {s}" for s in g.get("statements", [])] + [""]
     return out
 
 

