@@ -12,7 +12,7 @@ from yatt.core.layout import make_plan
 from yatt.core.release import ReleaseAction
 from yatt.core.roles import Mode, ReleasePolicy, Role
 from yatt.core.runnable import check_runnable
-from yatt.exec.controller import Moments, shard
+from yatt.exec.step_stats import Moments, shard
 from yatt.exec.runner import release_actions
 
 ROOT = Path(__file__).resolve().parents[2]

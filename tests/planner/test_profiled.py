@@ -19,7 +19,8 @@ from yatt.planner.costmodel import AnalyticCostModel
 from yatt.planner.profile_io import (Contention, EngineTable, ModelTables, Profile,
                                      ProfileTables,
                                      load_profile, save_profile)
-from yatt.planner.profiled import (ProfiledCostModel, _train_features, cost_model_for, experiment_for,
+from yatt.planner.table_fits import train_features
+from yatt.planner.profiled import (ProfiledCostModel, cost_model_for, experiment_for,
                                    shipped_profile)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -325,7 +326,7 @@ def test_measured_tp_scaling_replaces_the_analytic_one(exp):
     assert base.train_time(exp.actor, lens, Parallel(2, 1, 1)) < one   # analytic: faster
     fit = base._fit(exp.actor)
     meas = tuple((2.0, float(b), float(s), 2.0 * float(
-        np.array(_train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
+        np.array(train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
     t = _tables()
     m = dict(t.models)
     m["tiny-actor"] = dataclasses.replace(m["tiny-actor"], train_tp=meas)
@@ -406,7 +407,7 @@ def test_measured_dp_group_replaces_the_analytic_all_reduce(exp, cost):
     assert cost.grad_sync_time(exp.actor, two) > 0.0          # no DP table: analytic
     fit = cost._fit(exp.actor)
     meas = tuple((2.0, float(b), float(s), 1.5 * float(
-        np.array(_train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
+        np.array(train_features([s] * b, fit.mbt)) @ fit.train)) for b, s in ((8, 32), (4, 64)))
     dp = cost_model_for(exp, Profile(tables=_with_actor(train_dp=meas)))
     assert dp.train_time(exp.actor, lens, two) == pytest.approx(
         1.5 * cost.train_time(exp.actor, lens, one), rel=1e-6)

@@ -33,7 +33,7 @@ from yatt.core.release import ReleaseAction
 from yatt.core.roles import Phase, Role
 from yatt.core.schedule import Stage, async_summary, min_policy_version
 
-from .controller import ControllerGroup
+from .controller_group import ControllerGroup
 from .rayutil import get_all
 from .recorder import Recorder
 from .schedules import Actors, StepRunner

@@ -26,9 +26,8 @@ and never trained on or recorded as samples.
 from __future__ import annotations
 
 import dataclasses
-import math
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Union
 
 from yatt.core.jobspec import ARITH_DATA, BuiltinReward, DataSpec, RewardSpec
@@ -43,6 +42,7 @@ from .genrm import JudgeInput, Judgment
 from .rayutil import get_all
 from .reward import RuleReward
 from .rollout import GenRequest, GenResult
+from .step_stats import Moments, PhaseReport, shard
 from .task import Prompt, SampleSpec, prompt_index, step_samples
 from .workers import TrainItem
 
@@ -68,70 +68,6 @@ class ControllerConfig:
     rule: Union[str, BuiltinReward, None] = BuiltinReward.FIRST_INTEGER   # Experiment.rule_reward
     source: Optional[PromptSource] = None    # None: built from `data` (arith only)
     reward_fn: Optional[Callable[..., Any]] = None   # a Python API callable, instead of `rule`
-
-
-@dataclass(frozen=True)
-class Moments:
-    """Mergeable reward statistics (the only per-step data controllers send back)."""
-
-    n: int = 0
-    total: float = 0.0
-    total_sq: float = 0.0
-    parse_fail: int = 0
-    response_tokens: int = 0
-    payload_bytes: int = 0
-    correct: int = 0               # rule scores >= reward.correct_at among the n rollouts
-    dropped: int = 0               # samples dropped by dynamic sampling
-    judged: int = 0                # verdicts the GenRM wrote
-    reward_errors: int = 0         # rule calls that failed and scored 0 (on_error: zero)
-    checked: int = 0               # rollouts the rule scored (0: no rule, no accuracy)
-    extras: tuple[tuple[str, float, int], ...] = ()   # (name, sum, count) of rule extras
-    example: str = ""              # an unparseable verdict / a reward error, for the log
-
-    def __add__(self, o: "Moments") -> "Moments":
-        """Counts and sums add; extras add by name; the first example is kept."""
-        plain = {f.name: getattr(self, f.name) + getattr(o, f.name) for f in fields(Moments)
-                 if f.name not in ("extras", "example")}
-        ex: dict[str, list] = {}
-        for name, total, count in self.extras + o.extras:
-            acc = ex.setdefault(name, [0.0, 0])
-            acc[0] += total
-            acc[1] += count
-        return Moments(**plain, extras=tuple((k, v[0], v[1]) for k, v in sorted(ex.items())),
-                       example=self.example or o.example)
-
-    @property
-    def accuracy(self) -> float:
-        return self.correct / self.checked if self.checked else math.nan
-
-    def extra_means(self) -> dict[str, float]:
-        return {f"reward/{k}": t / c for k, t, c in self.extras if c}
-
-    @property
-    def mean(self) -> float:
-        return self.total / self.n if self.n else 0.0
-
-    @property
-    def std(self) -> float:
-        return math.sqrt(max(0.0, self.total_sq / self.n - self.mean ** 2)) if self.n else 0.0
-
-
-@dataclass(frozen=True)
-class PhaseReport:
-    """What a phase did, in this controller: tokens and wall-clock end times."""
-
-    tokens: int = 0
-    start_s: float = 0.0
-    end_s: float = 0.0
-    genrm_end_s: float = 0.0
-    genrm_tokens: int = 0
-
-
-def shard(items: list, index: int, count: int) -> list:
-    """Contiguous shard `index` of `count` (sizes differ by at most one)."""
-    n = len(items)
-    lo = index * n // count
-    return items[lo:(index + 1) * n // count]
 
 
 class StepController:
@@ -506,48 +442,3 @@ def _prompt_text(p: Prompt) -> str:
         users = [m.get("content", "") for m in p.raw if isinstance(m, dict) and m.get("role") == "user"]
         return str(users[-1]) if users else ""
     return ""
-
-
-class ControllerGroup:
-    """K controllers behind one call surface: in-process (K=1) or Ray actors (K>1).
-
-    `call(StepController.rollout)` runs that method on every controller and returns
-    the results in controller order; remote calls go out together (they run in parallel).
-    """
-
-    def __init__(self, make_cfg: Callable[[int, int], ControllerConfig], count: int,
-                 args: tuple, env: Optional[dict] = None, max_restarts: int = 0):
-        self.count = count
-        if count == 1:
-            self.local = [StepController(make_cfg(0, 1), *args)]
-            self.remote = []
-        else:
-            import ray
-            cls = ray.remote(num_cpus=0)(StepController)
-            opts = {"runtime_env": {"env_vars": env}} if env else {}
-            # a dead controller is restarted by Ray (it keeps no state across steps: the
-            # supervisor redoes the step, whose prompts derive from (seed, step, round))
-            self.local = []
-            self.remote = [cls.options(**opts, max_restarts=max_restarts, max_task_retries=0)
-                           .remote(make_cfg(i, count), *args) for i in range(count)]
-
-    def call(self, method: Callable, *args: Any) -> list:
-        if self.local:
-            return [method(c, *args) for c in self.local]
-        import ray
-        from ray.exceptions import RayTaskError
-
-        from yatt.core.errors import InputError
-        try:
-            return ray.get([getattr(c, method.__name__).remote(*args) for c in self.remote])
-        except RayTaskError as e:   # a user-input error in a controller actor: its own line
-            if isinstance(e.cause, InputError):
-                raise e.cause from None
-            raise
-
-    def shutdown(self) -> None:
-        self.call(StepController.shutdown)
-        if self.remote:
-            import ray
-            for c in self.remote:
-                ray.kill(c)

@@ -28,7 +28,9 @@ from yatt.core.trace import Trace
 
 from . import checkpoint as ckpt
 from . import faults, localray, preempt
-from .controller import ControllerConfig, ControllerGroup, Moments
+from .controller import ControllerConfig
+from .controller_group import ControllerGroup
+from .step_stats import Moments
 from .data import check_resume_position
 from .env import apply_local_env, ensure_ray, has_cuda, stop_ray, worker_env
 from .job import Job, prepare_job

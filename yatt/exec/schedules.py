@@ -29,7 +29,9 @@ from yatt.core.schedule import Stage, step_schedule
 
 from .algo import lr_at
 from .data import eval_due
-from .controller import ControllerGroup, Moments, PhaseReport, StepController
+from .controller import StepController
+from .controller_group import ControllerGroup
+from .step_stats import Moments, PhaseReport
 from .recorder import Recorder
 from .rayutil import get_all
 

@@ -3,8 +3,8 @@
 Why: on hardware whose behaviour a roofline does not capture (a single-thread CPU
 "device", where per-step Python overhead and engine re-creation dominate), measured
 tables are the honest source. Each table is fitted, at load time, by non-negative least
-squares on the *analytic shape* of its term, so the model interpolates between measured
-points and extrapolates along the roofline's form:
+squares on the *analytic shape* of its term (table_fits.py), so the model interpolates
+between measured points and extrapolates along the roofline's form:
 
   train step      t = c0 + c_mb*micro_batches + c_seq*sequences + c1*padded_tokens
                       + c2*sum(n*longest^2)   (c_seq: per-sequence packing/masking in Python)
@@ -55,9 +55,7 @@ from functools import lru_cache
 from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
-from yatt.core.balance import REF_BATCH_TOKENS, pack_padded
 from yatt.core.costmodel import CostModel
 from yatt.core.kvcache import job_kv_bytes
 from yatt.core.plan import Experiment, Parallel
@@ -66,7 +64,8 @@ from yatt.core.roles import Phase, ReleasePolicy, Role
 from yatt.core.specs import DistKind, LengthDist, ModelSpec
 
 from .costmodel import AnalyticCostModel, Efficiency
-from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTables
+from .profile_io import Contention, Profile, ProfileTables
+from .table_fits import ModelFits, by_count, logprob_features, train_features
 
 # Ray round trips the executor makes per phase (schedules.py / controller.py):
 # train: costs + stage + train_step + records; reference: one call per worker batch;
@@ -74,7 +73,6 @@ from .profile_io import Contention, EngineTable, ModelTables, Profile, ProfileTa
 TRAIN_RPCS = 4
 REF_RPCS = 2
 SYNC_RPCS = 2
-GIB = float(1 << 30)
 
 
 # which measured ratio slows which phase (engine steps share one ratio: rollout and GenRM
@@ -84,100 +82,6 @@ _CONTENTION: dict[Phase, Callable[[Contention], float]] = {
     Phase.ROLLOUT: lambda c: c.decode, Phase.GENRM: lambda c: c.decode,
     Phase.REF_LOGPROB: lambda c: c.logprob, Phase.OLD_LOGPROB: lambda c: c.logprob,
     Phase.TRAIN: lambda c: c.train}
-
-
-def _micro_batches(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
-    """(count, longest) per padded group of at most `budget` padded tokens, packed as
-    `exec.trainer.micro_batches` and the reference worker pack them (`pack_padded`)."""
-    groups = pack_padded(lengths, budget)
-    return [(len(g), max(lengths[i] for i in g)) for g in groups]
-
-
-def _train_features(lengths: Sequence[int], budget: int) -> np.ndarray:
-    mbs = _micro_batches(lengths, budget)
-    return np.array([1.0, len(mbs), float(len(lengths)), float(sum(n * m for n, m in mbs)),
-                     float(sum(n * m * m for n, m in mbs))])
-
-
-def _logprob_features(lengths: Sequence[int]) -> np.ndarray:
-    """(sequences, padded tokens, sum of count x longest^2) over the reference worker's
-    right-padded forwards: a long sequence makes its whole group as wide as itself."""
-    groups = _micro_batches(lengths, REF_BATCH_TOKENS)
-    return np.array([float(len(lengths)), float(sum(n * m for n, m in groups)),
-                     float(sum(n * m * m for n, m in groups))])
-
-
-def _by_count(points: Sequence[tuple[float, float]], n: int) -> float:
-    """Seconds at count `n` from measured (count, seconds) points: linear between them, the
-    slope of the last two beyond the largest (never below the largest), the smallest below."""
-    pts = sorted(points)
-    xs, ys = [float(c) for c, _ in pts], [float(t) for _, t in pts]
-    if n <= xs[-1] or len(pts) == 1:
-        return float(np.interp(float(n), xs, ys))
-    slope = max(0.0, (ys[-1] - ys[-2]) / (xs[-1] - xs[-2]))
-    return ys[-1] + slope * (n - xs[-1])
-
-
-def _fit(rows: list[np.ndarray], y: list[float], scale: Optional[list[float]] = None) -> np.ndarray:
-    """Non-negative least squares on relative error: each row divided by its `scale`
-    (default: its own y; a residual fit passes the measured total instead)."""
-    a = np.array(rows, dtype=float)
-    b = np.array(y, dtype=float)
-    w = 1.0 / np.maximum(np.array(scale if scale is not None else y, dtype=float), 1e-6)
-    coef, _ = nnls(a * w[:, None], b * w)
-    return coef
-
-
-class _Fits:
-    """Fitted coefficients of one model's tables (None where a table is empty)."""
-
-    def __init__(self, t: ModelTables) -> None:
-        self.mbt = t.micro_batch_tokens
-        self.train = (_fit([_train_features([int(s)] * int(b), self.mbt) for b, s, _ in t.train],
-                           [x for _, _, x in t.train]) if t.train else None)
-        self.logprob = (_fit([_logprob_features([int(s)] * int(b)) for b, s, _ in t.logprob],
-                             [x for _, _, x in t.logprob]) if t.logprob else None)
-        e: Optional[EngineTable] = t.engine
-        self.engine = e
-        self.decode = self.prefill = self.join = None
-        if e is not None and e.decode:
-            self.decode = _fit([np.array([1.0, b, b * c]) for b, c, _ in e.decode],
-                               [x for _, _, x in e.decode])
-            if e.prefill:
-                # what a prefill step costs beyond an ordinary step of that many sequences
-                resid = [x - self._step(n, p) for n, p, x in e.prefill]
-                self.prefill = _fit([np.array([n * p, n * p * p]) for n, p, _ in e.prefill], resid,
-                                    [x for _, _, x in e.prefill])
-        self.call = None
-        if e is not None and e.call:   # absolute least squares: overheads can be ~0
-            self.call, _ = nnls(np.array([[1.0, n] for n, _ in e.call]),
-                                np.array([t for _, t in e.call]))
-        if e is not None and e.join:
-            # measured as the mixed step minus the plain step after it: already an extra
-            self.join = _fit([np.array([k, k * p, k * p * p]) for _, k, p, _ in e.join],
-                             [x for _, _, _, x in e.join])
-        self.weight_sync_s, self.sync = t.weight_sync_s, t.sync
-        self.train_tp, self.train_dp = t.train_tp, t.train_dp
-        self.restart = None
-        if e is not None and e.restart:
-            # re-create / teardown: a + b * KV GiB each (allocating and freeing the cache)
-            kv = [np.array([1.0, k / GIB]) for k, _, _ in e.restart]
-            self.restart = (_fit(kv, [a for _, a, _ in e.restart]),
-                            _fit(kv, [b for _, _, b in e.restart]))
-
-    def restart_at(self, kv_bytes: Optional[int]) -> tuple[float, float]:
-        """(re-create s, teardown s) of this engine with a KV cache of `kv_bytes`: the
-        `restart` fit where the profile has one and the size is known, else the
-        measured start_s / stop_s."""
-        e = self.engine
-        if self.restart is None or kv_bytes is None:
-            return e.start_s, e.stop_s
-        x = np.array([1.0, kv_bytes / GIB])
-        return float(self.restart[0] @ x), float(self.restart[1] @ x)
-
-    def _step(self, batch: float, ctx: float) -> float:
-        a0, a1, a2 = self.decode
-        return a0 + a1 * batch + a2 * batch * ctx
 
 
 class ProfiledCostModel(CostModel):
@@ -190,7 +94,7 @@ class ProfiledCostModel(CostModel):
         self.engine_kv = dict(engine_kv or {})   # role -> the job's KV cache bytes (CPU)
         self.cluster = analytic.cluster
         self.cpu = tables.device == "cpu"
-        self._fits = {name: _Fits(t) for name, t in tables.models.items()}
+        self._fits = {name: ModelFits(t) for name, t in tables.models.items()}
         self._group_scales: dict[tuple[str, int, bool], Optional[float]] = {}
 
     @classmethod
@@ -201,7 +105,7 @@ class ProfiledCostModel(CostModel):
         return cls(AnalyticCostModel.for_experiment(exp, profile.efficiency), profile.tables,
                    {Role.ROLLOUT: rollout, Role.GENRM: genrm})
 
-    def _fit(self, model: ModelSpec) -> Optional[_Fits]:
+    def _fit(self, model: ModelSpec) -> Optional[ModelFits]:
         return self._fits.get(model.name)
 
     def _tp_scale(self, model: ModelSpec, lens: Sequence[int], par: Parallel) -> float:
@@ -236,7 +140,7 @@ class ProfiledCostModel(CostModel):
             pts = [(b, s, t) for k, b, s, t in (f.train_dp if dp else f.train_tp) if int(k) == size]
             c = self.contention(Phase.TRAIN, size)
             ratios = [t / (c * base) for b, s, t in pts
-                      if (base := float(_train_features([int(s)] * int(b), f.mbt) @ f.train)) > 0]
+                      if (base := float(train_features([int(s)] * int(b), f.mbt) @ f.train)) > 0]
             out = float(np.median(ratios)) if ratios else None
         self._group_scales[key] = out
         return out
@@ -247,7 +151,7 @@ class ProfiledCostModel(CostModel):
         if f is None or f.train is None or not len(seq_lens):
             return self.analytic.train_time(model, seq_lens, par)
         lens = [int(s) for s in seq_lens]
-        t = float(_train_features(lens, self.analytic.micro_batch_tokens) @ f.train)
+        t = float(train_features(lens, self.analytic.micro_batch_tokens) @ f.train)
         dp = self._dp_scale(model, par)
         t *= self._tp_scale(model, lens, par) * (1.0 if dp is None else dp)
         return t + TRAIN_RPCS * self.tables.rpc_s
@@ -268,13 +172,13 @@ class ProfiledCostModel(CostModel):
         if f is None or f.logprob is None or not len(seq_lens):
             return self.analytic.logprob_time(model, seq_lens, par)
         lens = [int(s) for s in seq_lens]
-        t = float(_logprob_features(lens) @ f.logprob)
+        t = float(logprob_features(lens) @ f.logprob)
         if par.pp > 1:  # the measured forward is one device's; a pipeline's from the roofline
             t *= self._tp_scale(model, lens, par)
         return t + REF_RPCS * self.tables.rpc_s
 
     # ---- inference ---------------------------------------------------------------------
-    def _engine_fit(self, model: ModelSpec, tp: int) -> Optional[_Fits]:
+    def _engine_fit(self, model: ModelSpec, tp: int) -> Optional[ModelFits]:
         f = self._fit(model)
         return f if f is not None and f.decode is not None and tp == 1 else None
 
@@ -321,7 +225,7 @@ class ProfiledCostModel(CostModel):
         """What `role` does under `release` on the profile's device."""
         return resolve_release(release, role, cpu=self.cpu)
 
-    def _measured_teardown(self, model: ModelSpec, action: ReleaseAction) -> Optional[_Fits]:
+    def _measured_teardown(self, model: ModelSpec, action: ReleaseAction) -> Optional[ModelFits]:
         """The fits of the engine table timing this teardown / re-create (CPU profiles),
         else None."""
         f = self._fit(model)
@@ -365,7 +269,7 @@ class ProfiledCostModel(CostModel):
                          rollout_engines: int, cross_node: bool) -> float:
         f = self._fit(model)
         if f is not None and f.sync and rollout_tp == 1 and not cross_node:
-            return _by_count(f.sync, rollout_engines)
+            return by_count(f.sync, rollout_engines)
         if f is None or f.weight_sync_s <= 0:
             return self.analytic.weight_sync_time(model, trainer, rollout_tp, rollout_engines,
                                                   cross_node)
