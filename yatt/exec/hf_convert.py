@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -215,3 +216,30 @@ def load_into_megatron(model, hf_path: str | Path, spec: ModelSpec, arch: Arch, 
             if p.shape != own[name].shape:
                 raise ValueError(f"{name}: model {tuple(p.shape)} vs converted {tuple(own[name].shape)}")
             p.copy_(own[name])
+
+
+def gather_hf_weights(model, spec: ModelSpec, arch: Arch, stage: StageSlice, tp: int,
+                      pp: int) -> dict[str, torch.Tensor]:
+    """Full HF-named CPU copies of a Megatron replica's weights: this rank's parameters
+    all-gathered over its TP group and unsharded, converted for its PP stage, then the
+    stages' parts all-gathered. Collective over the replica; every rank returns them all."""
+    from megatron.core import parallel_state as ps
+
+    local = {n: p.detach() for n, p in model.named_parameters()}
+    if tp > 1:
+        group = ps.get_tensor_model_parallel_group()
+        parts: list[dict[str, torch.Tensor]] = [{} for _ in range(tp)]
+        for n, t in local.items():
+            bufs = [torch.empty_like(t) for _ in range(tp)]
+            torch.distributed.all_gather(bufs, t.contiguous(), group=group)
+            for r in range(tp):
+                parts[r][n] = bufs[r]
+        full = unshard(parts)
+    else:
+        full = local
+    mine = {k: v.cpu().clone() for k, v in megatron_to_hf(full, spec, arch, stage).items()}
+    if pp == 1:
+        return mine
+    stages: list[Any] = [None] * pp
+    torch.distributed.all_gather_object(stages, mine, group=ps.get_pipeline_model_parallel_group())
+    return {k: v for part in stages for k, v in part.items()}

@@ -116,3 +116,25 @@ def build_gpt_model(spec: ModelSpec, meta: HfMeta, tp: int, device: str = "cpu",
         rope_scaling=bool(meta.rope_factor), rope_scaling_factor=meta.rope_factor or 8.0,
     )
     return model.to(device)
+
+
+def wrap_for_training(model, lr: float, distributed_optimizer: bool, clip_grad: float,
+                      bf16: bool):
+    """(Megatron DDP around `model`, its Adam optimizer): fp32 gradient reduction, no
+    weight decay, the distributed optimizer when asked; with `bf16` the model runs under
+    Float16Module with fp32 main parameters and optimizer state."""
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    ddp_cfg = DistributedDataParallelConfig(
+        grad_reduce_in_fp32=True, overlap_grad_reduce=False,
+        use_distributed_optimizer=distributed_optimizer)
+    inner = model
+    if bf16:
+        from megatron.core.transformer.module import Float16Module
+        inner = Float16Module(model.config, model)
+    ddp = DistributedDataParallel(model.config, ddp_cfg, inner)
+    opt_cfg = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=clip_grad,
+                              bf16=bf16, fp16=False,
+                              params_dtype=torch.bfloat16 if bf16 else torch.float32,
+                              use_distributed_optimizer=distributed_optimizer)
+    return ddp, get_megatron_optimizer(opt_cfg, [ddp])

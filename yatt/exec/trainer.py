@@ -76,7 +76,7 @@ class MegatronTrainer(TrainerState):
         from megatron.core import tensor_parallel
 
         from .hf_convert import StageSlice, load_into_megatron
-        from .megatron_model import HfMeta, build_gpt_model, check_spec_matches
+        from .megatron_model import HfMeta, build_gpt_model, check_spec_matches, wrap_for_training
 
         if device == "cpu":
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
@@ -108,30 +108,14 @@ class MegatronTrainer(TrainerState):
                                 stage=self.stage, bf16=self.bf16)
         load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank, self.stage)
         self.model = model
-        self.ddp, self.optimizer = self._wrap(model, algo.lr, algo.distributed_optimizer, clip_grad)
+        self.ddp, self.optimizer = wrap_for_training(model, algo.lr, algo.distributed_optimizer,
+                                                     clip_grad, self.bf16)
         model.config.no_sync_func = self.ddp.no_sync
         model.config.finalize_model_grads_func = self._finalize_grads
         self.steps = 0
         self.fault = faults.hook("trainer", rank)
         self._ckpt_queue = None            # megatron AsyncCallsQueue, made on first async save
         self._ckpt_pending: dict[int, str] = {}   # async call index -> checkpoint dir
-
-    def _wrap(self, model, lr: float, distributed_optimizer: bool, clip_grad: float):
-        from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig
-        from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
-        ddp_cfg = DistributedDataParallelConfig(
-            grad_reduce_in_fp32=True, overlap_grad_reduce=False,
-            use_distributed_optimizer=distributed_optimizer)
-        inner = model
-        if self.bf16:
-            from megatron.core.transformer.module import Float16Module
-            inner = Float16Module(model.config, model)
-        ddp = DistributedDataParallel(model.config, ddp_cfg, inner)
-        opt_cfg = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.0, clip_grad=clip_grad,
-                                  bf16=self.bf16, fp16=False,
-                                  params_dtype=torch.bfloat16 if self.bf16 else torch.float32,
-                                  use_distributed_optimizer=distributed_optimizer)
-        return ddp, get_megatron_optimizer(opt_cfg, [ddp])
 
     def _finalize_grads(self, models, num_tokens=None, **kw) -> None:
         """The schedule's last act of a backward pass: the DP gradient all-reduce and, at PP
@@ -445,28 +429,8 @@ class MegatronTrainer(TrainerState):
     def hf_state_dict(self) -> dict[str, torch.Tensor]:
         """Full HF-named fp32 CPU weights, gathered over TP and PP. Collective over the
         replica; every rank returns them."""
-        from megatron.core import parallel_state as ps
-
-        from .hf_convert import megatron_to_hf, unshard
-        local = {n: p.detach() for n, p in self.model.named_parameters()}
-        if self.tp > 1:
-            group = ps.get_tensor_model_parallel_group()
-            parts: list[dict[str, torch.Tensor]] = [{} for _ in range(self.tp)]
-            for n, t in local.items():
-                bufs = [torch.empty_like(t) for _ in range(self.tp)]
-                torch.distributed.all_gather(bufs, t.contiguous(), group=group)
-                for r in range(self.tp):
-                    parts[r][n] = bufs[r]
-            full = unshard(parts)
-        else:
-            full = local
-        mine = {k: v.cpu().clone()
-                for k, v in megatron_to_hf(full, self.spec, self.meta.arch, self.stage).items()}
-        if self.pp == 1:
-            return mine
-        stages: list[Any] = [None] * self.pp
-        torch.distributed.all_gather_object(stages, mine, group=ps.get_pipeline_model_parallel_group())
-        return {k: v for part in stages for k, v in part.items()}
+        from .hf_convert import gather_hf_weights
+        return gather_hf_weights(self.model, self.spec, self.meta.arch, self.stage, self.tp, self.pp)
 
     def param_checksum(self) -> float:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
