@@ -8,7 +8,7 @@ between measured points and extrapolates along the roofline's form:
 
   train step      t = c0 + c_mb*micro_batches + c_seq*sequences + c1*padded_tokens
                       + c2*sum(n*longest^2)   (c_seq: per-sequence packing/masking in Python)
-                  (micro-batches packed exactly as `exec.trainer.micro_batches` packs them),
+                  (micro-batches packed exactly as `exec.train_batch.micro_batches` packs them),
                   times the measured TP- and DP-group ratios where the profile timed such
                   groups (`train_tp`, `train_dp`: collectives and waits between ranks; a
                   measured DP ratio replaces the analytic gradient all-reduce)

@@ -21,7 +21,7 @@ GIB = float(1 << 30)
 
 def micro_batch_shapes(lengths: Sequence[int], budget: int) -> list[tuple[int, int]]:
     """(count, longest) per padded group of at most `budget` padded tokens, packed as
-    `exec.trainer.micro_batches` and the reference worker pack them (`pack_padded`)."""
+    `exec.train_batch.micro_batches` and the reference worker pack them (`pack_padded`)."""
     groups = pack_padded(lengths, budget)
     return [(len(g), max(lengths[i] for i in g)) for g in groups]
 
