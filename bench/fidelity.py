@@ -272,6 +272,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     GenRM engines' TP (vLLM's own tensor parallelism); `quick`: a fresh quick profile for
     the third column; `rescaled_out` receives the rescaled profile (for the mode choice)."""
     from yatt.core.trace import Trace
+    from yatt.planner.hostscale import HostProbe
     from yatt.planner.replay import phase_rows, replay
     from yatt.sim.simulate import simulate
 
@@ -305,7 +306,8 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
         from yatt.exec.runner import run_plan
 
         t0 = time.time()
-        trace = run_plan(plan, steps=steps, out_dir=out, seed=seed, progress=False)
+        trace = run_plan(plan, steps=steps, out_dir=out, seed=seed, progress=False,
+                         host_probe=HostProbe.from_parts(before).record() if before else None)
         wall = time.time() - t0
         after = _probe_parts(PROBE_S)
         probe_file.write_text(json.dumps({"before": before, "after": after}) + "\n")

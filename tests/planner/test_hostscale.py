@@ -169,3 +169,18 @@ def test_probe_from_samples_takes_each_parts_median():
     # an outlier in one part moves neither median
     parts = [(1.0, 4.0), (9.0, 2.0), (2.0, 3.0)]
     assert HostProbe.from_parts(parts) == HostProbe(python_s=2.0, matmul_s=3.0)
+
+
+def test_a_probe_recorded_in_a_trace_reads_back():
+    from yatt.planner.hostscale import RECORD_KEYS, HostProbe
+
+    p = HostProbe(python_s=0.0031234567, matmul_s=0.0109876543)
+    rec = p.record()
+    assert set(rec) == set(RECORD_KEYS)
+    back = HostProbe.from_record(rec)
+    assert back.python_s == pytest.approx(p.python_s, abs=1e-6)
+    assert back.matmul_s == pytest.approx(p.matmul_s, abs=1e-6)
+    # a trace without one, or with a broken one, has none
+    for extra in ({}, {RECORD_KEYS[0]: 0.003}, {RECORD_KEYS[0]: "x", RECORD_KEYS[1]: 0.01},
+                  {RECORD_KEYS[0]: 0.0, RECORD_KEYS[1]: 0.01}, {RECORD_KEYS[0]: None, RECORD_KEYS[1]: 1}):
+        assert HostProbe.from_record(extra) is None, extra

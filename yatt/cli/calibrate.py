@@ -123,6 +123,14 @@ def _calibrate_contention(args: argparse.Namespace) -> int:
         t.add_row(str(c.busy), *[(f"{getattr(b, f):.2f} -> " if b else "- -> ")
                                  + f"{getattr(c, f):.2f}" for f in fields])
     console.print(t)
+    from yatt.planner.hostscale import HostProbe
+
+    timed = sum(HostProbe.from_record(x.meta.extra) is not None for x in traces)
+    console.print(f"host speed: {timed} of {len(traces)} trace(s) recorded the host probe timed "
+                  "before their run; the profile is rescaled to it before the fit"
+                  + ("" if timed == len(traces) else " (the others are fitted at the profile's "
+                     "own speed, which a faster or slower host reads as less or more contention)"),
+                  markup=False, highlight=False, soft_wrap=True)
     save_profile(fitted, out)
     console.print(f"wrote {shown(out)}  (use: yatt plan --profile {shown(out)})")
     return 0

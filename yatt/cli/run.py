@@ -231,7 +231,8 @@ def run_command(args: argparse.Namespace) -> int:
         job = _prepare(plan.experiment, args.seed, args.steps)
     try:
         trace = run_plan(plan, steps=args.steps, out_dir=out, seed=args.seed,
-                         progress=not args.no_progress, ray_address=args.address, job=job)
+                         progress=not args.no_progress, ray_address=args.address, job=job,
+                         host_probe=host.probe.record() if host.probe is not None else None)
     except RunAborted as e:
         console.print(f"[red]run stopped[/red]: {shown(e, 2000)} (run dir: {shown(out)})", highlight=False)
         return 1

@@ -14,7 +14,7 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 from yatt.core.errors import InputError, clean
 from yatt.core.plan import Plan
@@ -124,7 +124,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
              ray_address: Optional[str] = None, controllers: Optional[int] = None,
              resume: bool = False, log: Optional[Callable[[str], None]] = None,
              job: Optional[Job] = None,
-             reward_fn: Optional[Callable[..., Any]] = None) -> Trace:
+             reward_fn: Optional[Callable[..., Any]] = None,
+             host_probe: Optional[Mapping[str, float]] = None) -> Trace:
     """Run `steps` RL steps of `plan`; write the run directory; return the measured Trace.
 
     out_dir gets trace.jsonl, timeline.json, metrics.csv, plan.yaml, run.json and
@@ -133,7 +134,9 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     `plan.controllers` (benchmarks). `resume`: continue `out_dir` from its newest valid
     checkpoint (corrupt ones are refused through `log`, naming the file) up to `steps`.
     `job`: the checked job (`job.prepare_job`; made here when not given); `reward_fn`: a
-    Python callable that replaces the experiment's rule (the Python API).
+    Python callable that replaces the experiment's rule (the Python API). `host_probe`: the
+    host probe timed before the run (`yatt.planner.hostscale.HostProbe.record`), kept in
+    the trace's meta so that fits to the trace can tell this host's speed from contention.
     Raises InputError before anything starts when the job is bad, RewardError (an
     InputError) when the reward function fails a call under reward.on_error: fail, and
     RunAborted when the run cannot go on; the last two after writing the run directory.
@@ -172,7 +175,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
     rec.extra.update(release_policy=plan.release.value,
                      release_effective=release[Role.ROLLOUT].value,   # the engines' action
                      controllers=k, device="cpu" if cpu else "cuda", dtype=job.dtype.value,
-                     max_model_len=job.max_model_len)
+                     max_model_len=job.max_model_len, **dict(host_probe or {}))
     if state is not None:
         rec.restore(Trace.read_jsonl(ck_dir / ckpt.TRACE), state["metrics"], state["extra"],
                     float(state["trace_end_s"]))

@@ -341,25 +341,39 @@ def contention_ratios(trace: Trace, cost, skip_steps: int = 1) -> list[tuple[str
 
 def contention_from_traces(traces: Sequence[Trace], cost_for: Callable, skip_steps: int = 1):
     """Contention entries (profile_io.Contention) fitted to measured traces: per field and
-    busy count, the median of measured / contention-free replayed time. `cost_for(exp)`
-    gives the contention-free cost model of a trace's experiment. Counts of one busy
-    device are dropped (no contention by definition); fields without data stay 1.0."""
+    busy count, the median of measured / contention-free replayed time. `cost_for(trace)`
+    gives the contention-free cost model of a trace (its experiment, on its host). Counts
+    of one busy device are dropped (no contention by definition); fields without data stay
+    1.0."""
     from .profile_io import Contention
 
     by: dict[int, dict[str, list[float]]] = {}
     for t in traces:
-        for field, n, r in contention_ratios(t, cost_for(t.meta.plan.experiment), skip_steps):
+        for field, n, r in contention_ratios(t, cost_for(t), skip_steps):
             if n >= 2:
                 by.setdefault(n, {}).setdefault(field, []).append(r)
     return tuple(Contention(busy=n, **{f: round(float(np.median(v)), 4) for f, v in fs.items()})
                  for n, fs in sorted(by.items()))
 
 
+def at_trace_host(profile: Profile, trace: Trace) -> Profile:
+    """`profile` rescaled to the host speed its run recorded (the host probe `yatt run`
+    times before a run, in the trace's meta), as the planner rescales it before predicting;
+    as it is where either lacks the probe. Without this, a fit to the trace would take a
+    host faster or slower than at profile time for less or more contention."""
+    from .hostscale import HostProbe, host_ratios, rescale_profile
+
+    now = HostProbe.from_record(trace.meta.extra)
+    r = host_ratios(profile.tables, now) if now is not None and profile.tables else None
+    return profile if r is None else rescale_profile(profile, r, now)
+
+
 def calibrate_contention(profile: Profile, traces: Sequence[Trace], skip_steps: int = 1) -> Profile:
     """`profile` (a tables profile) with its shared host-contention ratios fitted to
     measured traces (`contention_from_traces` against the profile's own contention-free
-    model): the ratios the executor itself showed, in place of the profile's bench of
-    worker actors. Engine-specific ratios (`engine.contention`) stay as measured."""
+    model, rescaled to each run's recorded host speed: `at_trace_host`): the ratios the
+    executor itself showed, in place of the profile's bench of worker actors.
+    Engine-specific ratios (`engine.contention`) stay as measured."""
     import dataclasses
 
     from .profiled import cost_model_for
@@ -368,7 +382,9 @@ def calibrate_contention(profile: Profile, traces: Sequence[Trace], skip_steps: 
         raise InputError("the profile has no tables; allowed: a `yatt profile` file (its "
                          "contention ratios are what is fitted)", field="--profile")
     free = dataclasses.replace(profile, tables=dataclasses.replace(profile.tables, contention=()))
-    fit = contention_from_traces(traces, lambda e: cost_model_for(e, free), skip_steps)
+    fit = contention_from_traces(
+        traces, lambda t: cost_model_for(t.meta.plan.experiment, at_trace_host(free, t)),
+        skip_steps)
     if not fit:
         raise InputError("no step after the first has a phase with 2 or more devices busy at "
                          "once; allowed: measured traces of multi-device runs with at least "

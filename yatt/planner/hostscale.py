@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from .costmodel import Efficiency
 from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
@@ -36,6 +36,9 @@ from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
 # own runs (bench/results/fidelity.json `host_ratios`), so 1.18x (0.85x) is beyond that
 # with margin, while the 11-15% of another machine of the same kind stays a rescale.
 HOST_RATIO_BAND = 1.18
+
+# the trace meta keys of the probe timed before a run
+RECORD_KEYS = ("host_probe_python_s", "host_probe_matmul_s")
 
 
 @dataclass(frozen=True)
@@ -54,6 +57,20 @@ class HostProbe:
         """The medians of the probe's (Python, matmul) samples."""
         return cls(python_s=statistics.median(a for a, _ in parts),
                    matmul_s=statistics.median(b for _, b in parts))
+
+    def record(self) -> dict[str, float]:
+        """The fields a run's trace keeps (`exec.runner.run_plan(host_probe=...)`)."""
+        return {RECORD_KEYS[0]: round(self.python_s, 6), RECORD_KEYS[1]: round(self.matmul_s, 6)}
+
+    @classmethod
+    def from_record(cls, extra: Mapping[str, Any]) -> Optional["HostProbe"]:
+        """The probe a trace's meta recorded (`record`); None where it recorded none."""
+        try:
+            a, b = (float(extra[k]) for k in RECORD_KEYS)
+        except (KeyError, TypeError, ValueError):
+            return None
+        return cls(python_s=a, matmul_s=b) if a > 0 and b > 0 else None
+
 
 
 @dataclass(frozen=True)
