@@ -13,6 +13,7 @@ import csv
 import importlib.util
 import io
 import json
+import os
 import shutil
 import struct
 from pathlib import Path
@@ -42,6 +43,20 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
+@contextlib.contextmanager
+def _env(key: str, value: str):
+    """`key`=`value` in the environment for the block, then as it was."""
+    old = os.environ.get(key)
+    os.environ[key] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = old
+
+
 @pytest.fixture(scope="module")
 def job(ray_cluster, tmp_path_factory):
     """The example copied into a temp tree shaped like the repo (its experiment names
@@ -57,8 +72,10 @@ def job(ray_cluster, tmp_path_factory):
     runs = {}
     for mode in ("colocate", "partial"):
         out = root / "runs" / mode
-        runs[mode] = (out, *_cli(["run", exp, "--steps", str(STEPS), "--mode", mode,
-                                  "--out", str(out), "--no-progress"]))
+        # the partial run as a user's: the host check on (the suite turns it off)
+        with _env("YATT_HOST_CHECK", "on" if mode == "partial" else "off"):
+            runs[mode] = (out, *_cli(["run", exp, "--steps", str(STEPS), "--mode", mode,
+                                      "--out", str(out), "--no-progress"]))
     api = _load(ex / "api.py", "own_job_api")
     with contextlib.redirect_stdout(io.StringIO()) as api_out:
         api.main(["--steps", "2", "--out", str(root / "runs" / "api"),
@@ -109,6 +126,13 @@ def test_example_runs_with_data_reward_judge_and_eval(job, mode):
     assert exp.workload.prompt_len.kind is DistKind.EMPIRICAL and exp.data.max_prompt_len == 64
     assert max(exp.workload.prompt_len.values) <= 64
     assert t.meta.extra["max_model_len"] <= 64 + 16
+    # the host probe `yatt run` timed before predicting is in the trace (calibration reads
+    # it); with the check off there is none
+    from yatt.planner.hostscale import HostProbe
+    probe = HostProbe.from_record(t.meta.extra)
+    assert (probe is not None) == (mode == "partial")
+    if probe is not None:
+        assert "host check: this host ran the profile's probe" in stdout
 
 
 @pytest.mark.slow

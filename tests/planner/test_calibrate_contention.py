@@ -29,14 +29,14 @@ def test_ratios_recovered_from_a_contended_run():
     for mode in (Mode.COLOCATE, Mode.PARTIAL):
         plan = replace(make_plan(exp, mode), release=ReleasePolicy.TEARDOWN)
         traces.append(simulate(plan, exp.workload, hot, seed=1, steps=3))
-    fit = contention_from_traces(traces, lambda e: cost_model_for(e, free))
+    fit = contention_from_traces(traces, lambda t: cost_model_for(t.meta.plan.experiment, free))
     assert len(fit) == 1 and fit[0].busy == 2
     for f in ("reload", "offload", "decode", "logprob", "train"):
         assert getattr(fit[0], f) == pytest.approx(getattr(truth, f), rel=0.02), f
     # a contention-free run fits to no slow-down
     plain = [simulate(replace(make_plan(exp, Mode.COLOCATE), release=ReleasePolicy.TEARDOWN),
                       exp.workload, cost_model_for(exp, free), seed=1, steps=3)]
-    again = contention_from_traces(plain, lambda e: cost_model_for(e, free))
+    again = contention_from_traces(plain, lambda t: cost_model_for(t.meta.plan.experiment, free))
     assert all(getattr(again[0], f) == pytest.approx(1.0, abs=1e-6)
                for f in ("reload", "offload", "decode", "logprob", "train"))
 
@@ -61,7 +61,10 @@ def test_a_profile_takes_the_contention_its_measured_traces_show(tmp_path, capsy
     out = tmp_path / "p.yaml"
     assert main(["calibrate", *map(str, traces), "--profile", str(start), "-o", str(out),
                  "--no-progress"]) == 0
-    assert "the profile's -> measured" in capsys.readouterr().out
+    out_text = capsys.readouterr().out
+    assert "the profile's -> measured" in out_text
+    # the shipped traces keep the probe timed before their runs: fitted at that host speed
+    assert "host speed: 2 of 2 trace(s) recorded the host probe" in out_text
     got = load_profile(out)
     want = calibrate_contention(load_profile(start), [Trace.read_jsonl(t) for t in traces])
     assert got.tables.contention == want.tables.contention
@@ -77,3 +80,26 @@ def test_a_profile_takes_the_contention_its_measured_traces_show(tmp_path, capsy
     lone = simulate(plan, one.workload, cost_model_for(one, base), seed=1, steps=3)
     with pytest.raises(InputError, match="2 or more devices busy"):
         calibrate_contention(base, [lone])
+
+
+def test_a_runs_recorded_host_speed_is_not_taken_for_contention():
+    """A run on a host 1.25x slower than at profile time, with no contention at all: fitted
+    against the profile rescaled to the probe the run recorded, the ratios are 1.0; without
+    the record they would absorb the host's speed."""
+    from yatt.planner.calibrate import calibrate_contention
+    from yatt.planner.hostscale import HostProbe, host_ratios, rescale_profile
+
+    exp = load_experiment(DEMO)
+    base = Profile(tables=replace(_tables(), host_probe_s=0.014, host_probe_python_s=0.004,
+                                  host_probe_matmul_s=0.010))
+    now = HostProbe(python_s=0.005, matmul_s=0.0125)            # both parts 1.25x slower
+    slow = rescale_profile(base, host_ratios(base.tables, now), now)
+    plan = replace(make_plan(exp, Mode.COLOCATE), release=ReleasePolicy.TEARDOWN)
+    run = simulate(plan, exp.workload, cost_model_for(exp, slow), seed=1, steps=3)
+    recorded = replace(run, meta=replace(run.meta, extra={**run.meta.extra, **now.record()}))
+    assert HostProbe.from_record(recorded.meta.extra) == now
+    fit = calibrate_contention(base, [recorded]).tables.contention[0]
+    blind = calibrate_contention(base, [run]).tables.contention[0]
+    for f in ("reload", "offload", "train"):
+        assert getattr(fit, f) == pytest.approx(1.0, abs=0.01), f
+        assert getattr(blind, f) == pytest.approx(1.25, rel=0.05), f
