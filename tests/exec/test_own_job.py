@@ -13,7 +13,6 @@ import csv
 import importlib.util
 import io
 import json
-import os
 import shutil
 import struct
 from pathlib import Path
@@ -43,20 +42,6 @@ def _cli(argv: list[str]) -> tuple[int, str, str]:
     return rc, out.getvalue(), err.getvalue()
 
 
-@contextlib.contextmanager
-def _env(key: str, value: str):
-    """`key`=`value` in the environment for the block, then as it was."""
-    old = os.environ.get(key)
-    os.environ[key] = value
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop(key, None)
-        else:
-            os.environ[key] = old
-
-
 @pytest.fixture(scope="module")
 def job(ray_cluster, tmp_path_factory):
     """The example copied into a temp tree shaped like the repo (its experiment names
@@ -73,7 +58,8 @@ def job(ray_cluster, tmp_path_factory):
     for mode in ("colocate", "partial"):
         out = root / "runs" / mode
         # the partial run as a user's: the host check on (the suite turns it off)
-        with _env("YATT_HOST_CHECK", "on" if mode == "partial" else "off"):
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("YATT_HOST_CHECK", "on" if mode == "partial" else "off")
             runs[mode] = (out, *_cli(["run", exp, "--steps", str(STEPS), "--mode", mode,
                                       "--out", str(out), "--no-progress"]))
     api = _load(ex / "api.py", "own_job_api")
