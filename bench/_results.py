@@ -135,6 +135,17 @@ def _checkpoint(d: dict) -> list[str]:
                       "in-memory snapshot s", "overhead s", "checkpoint MB"], rows))
 
 
+def _snapshot(d: dict) -> list[str]:
+    rows = [[r.get("model"), r.get("params"), r.get("state_mb"), r.get("store_snapshot_s"),
+             r.get("file_snapshot_s"), r.get("snapshot_speedup"), r.get("store_restore_s"),
+             r.get("file_restore_s"), r.get("restore_speedup")] for r in d.get("models", [])]
+    return ([f"One trainer rank after a training step; medians over {d.get('reps')} interleaved "
+             "rounds. Store: the state cloned and serialised into the Ray object store (a run "
+             "spanning nodes); file: copied into the rank's host file (a run on one node).", ""]
+            + _table(["model", "parameters", "state MB", "snapshot s, store", "snapshot s, file",
+                      "speed-up", "restore s, store", "restore s, file", "speed-up"], rows))
+
+
 def _controllers(d: dict) -> list[str]:
     out: list[str] = []
     for job in [d, *d.get("larger", [])]:
@@ -425,7 +436,7 @@ def _engine_cycle(d: dict) -> list[str]:
 
 
 RENDERERS: dict[str, Callable[[dict], list[str]]] = {
-    "checkpoint": _checkpoint, "controllers": _controllers, "engine_cycle": _engine_cycle,
+    "checkpoint": _checkpoint, "snapshot": _snapshot, "controllers": _controllers, "engine_cycle": _engine_cycle,
     "faults": _faults, "fidelity": _fidelity,
     "genrm_stream": _genrm_stream, "gpu_h200": _gpu,
     "gpu_probe": _gpu, "host_speed": _host_speed, "learning": _learning,

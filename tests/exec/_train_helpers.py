@@ -101,6 +101,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
 
     from yatt.core.errors import InputError
     from yatt.core.jobspec import Dtype
+    from yatt.exec import host_snapshot
     from yatt.exec.trainer import MegatronTrainer
     spec = load_spec() if opts.get("arch", "qwen2") == "qwen2" else llama_spec()
     path = built_model(spec, opts.get("arch", "qwen2"))
@@ -126,7 +127,13 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         batch = dc.replace(batch, old_logprobs=tuple(tuple(r) for r in lp0))
     if opts.get("kl_coef"):
         batch = dc.replace(batch, ref_logprobs=tuple(tuple(x - 0.01 for x in r) for r in lp0))
-    first = tr.snapshot() if opts.get("replay_from_start") else None   # before any step
+    host = opts.get("host_root")   # snapshots through host files (host_snapshot.py)
+    if host:
+        for d in (f"{host}/first", f"{host}/later"):
+            os.makedirs(d, exist_ok=True)
+    first = None
+    if opts.get("replay_from_start"):   # before any step
+        first = tr.snapshot_host(f"{host}/first", 0) if host else tr.snapshot()
     metrics = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
     res = {"metrics": metrics, "logprobs0": lp0, "checksum": tr.param_checksum(),
            "dp_rank": dp_rank, "tp_rank": ps.get_tensor_model_parallel_rank(),
@@ -144,6 +151,9 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         # snapshot + async checkpoint of the same state; three replays must agree exactly
         snap = tr.snapshot()
         res["snap"] = state_leaves(snap)
+        if host:   # the host file holds the same state; the replays below restore from it
+            hsnap = tr.snapshot_host(f"{host}/later", 1)
+            res["host_snap"] = state_leaves(host_snapshot.read(hsnap, rank))
         if opts.get("snap_file"):
             torch.save(snap, f"{opts['snap_file']}{rank}")
         res["stall_s"] = tr.save_checkpoint(opts["state_roundtrip"], async_save=True,
@@ -151,7 +161,7 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         res["after"] = [tr.train_step(b) for b in later]          # overlaps the write
         res["state_after"] = state_leaves(tr.snapshot())
         res["sealed"] = tr.poll_checkpoints(blocking=True)
-        tr.restore(snap)
+        tr.restore(hsnap if host else snap)
         res["after_restore"] = [tr.train_step(b) for b in later]
         res["state_after_restore"] = state_leaves(tr.snapshot())
         tr.load_checkpoint(opts["state_roundtrip"])
@@ -162,6 +172,10 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
         # a fresh trainer (like a restarted actor) restores another process's snapshot
         tr.restore(torch.load(f"{opts['restore_from']}{rank}", weights_only=False))
         res["restored"] = state_leaves(tr.snapshot())
+    if opts.get("restore_from_host"):
+        # a fresh trainer (a restarted actor) restores the host file another process wrote
+        tr.restore(host_snapshot.HostSnapshot(opts["restore_from_host"], 1))
+        res["restored_host"] = state_leaves(tr.snapshot())
     if opts.get("resume_from"):
         # a fresh trainer loads a checkpoint, then (`later`) replays the later batches
         t0 = time.perf_counter()

@@ -220,17 +220,21 @@ def test_snapshot_and_checkpoints_restore_exactly_dp2(tmp_path, dist):
     checkpoint (written while training continued) loaded into the same trainer, and the
     same checkpoint loaded into a fresh trainer all replay the later steps bit-exactly and
     end in bit-identical states; a snapshot from before the first step replays the first
-    steps. The distributed optimizer's Adam state is really split over the two ranks."""
-    ck = tmp_path / "ck"
+    steps. The distributed optimizer's Adam state is really split over the two ranks.
+    The restores go through the ranks' host snapshot files (a run on one node), which hold
+    exactly `snapshot()`'s state and restore into a fresh process."""
+    ck, host = tmp_path / "ck", tmp_path / "host"
     opts = {"tp": 1, "steps": 0, "lr": 3e-4, "micro_batch_tokens": 32, "distributed_optimizer": dist}
     run = spawn_trainers({**opts, "dp": 2, "steps": 2, "state_roundtrip": str(ck),
                           "ckpt_dir": str(tmp_path / "end"), "snap_file": str(tmp_path / "snap"),
-                          "replay_from_start": True}, tmp_path / "run")
-    fresh = spawn_trainers({**opts, "dp": 2, "resume_from": str(ck), "later": True},
-                           tmp_path / "fresh")
+                          "replay_from_start": True, "host_root": str(host)}, tmp_path / "run")
+    fresh = spawn_trainers({**opts, "dp": 2, "resume_from": str(ck), "later": True,
+                            "restore_from_host": str(host / "later")}, tmp_path / "fresh")
     for r, f in zip(run, fresh):
         assert r["sealed"] == [(str(ck), None)]
         assert r["steps_loaded"] == 2
+        assert differing_leaves(r["host_snap"], r["snap"]) == []
+        assert differing_leaves(f["restored_host"], r["snap"]) == []
         _restores_exactly(r, f)
     moments = [sum(v.numel() for k, v in r["snap"].items() if k.endswith("/exp_avg_sq"))
                for r in run]

@@ -267,6 +267,8 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
                 for h in [*actors.trainers, *actors.refs,
                           *[e for es in actors.engines.values() for e in es]]:
                     ray.kill(h)
+            if sup is not None:
+                sup.close()   # the trainers are gone: their snapshot files with them
             if placement is not None:
                 placement.remove()
             if started:

@@ -5,8 +5,9 @@ driver itself. The step loop (runner.py) stays simple; this module owns what hap
 around each step:
 
 * after every good step, each trainer rank's full state (weights, optimizer, RNG,
-  counters) is snapshotted into host memory (Ray object store, owned by the driver), so
-  a step can always be redone from the state it started with; the ranks take the copy
+  counters) is snapshotted into host memory outside the rank's process (its own host
+  file on one node, host_snapshot.py; the object store when the run spans nodes), so a
+  step can always be redone from the state it started with; the ranks take the copy
   while the driver already starts the next step;
 * on the plan's checkpoint schedule, an asynchronous `dist_checkpointing` save starts
   while the driver already starts the next step; the driver's files, the sealing and a
@@ -40,6 +41,7 @@ from yatt.core.roles import Mode, Role
 from yatt.core.specs import CheckpointSpec
 
 from . import checkpoint as ckpt
+from . import host_snapshot
 from .ckpt_driver import CheckpointDriver, RunAborted
 from .controller import StepController
 from .nodes import NodeWatch
@@ -75,6 +77,8 @@ class Supervisor:
         self.push_weights, self.total_steps, self.log = push_weights, total_steps, log
         self.counters = Counters()
         self.snaps: list = []
+        self.generation = 0                        # of the host-file snapshots
+        self.host_root: Optional[Path] = None      # their directory (host_snapshot.py)
         self._dead: Optional[tuple[str, str]] = None   # found by is_fault, used by recover
         self.data_position = data_position or (lambda next_step: {})
         # extra files of a checkpoint: next step -> a writer into the checkpoint's directory
@@ -90,17 +94,39 @@ class Supervisor:
 
     # ---- snapshots -------------------------------------------------------------------
     def snapshot(self, wait: bool = True) -> None:
-        """Keep every trainer rank's current state (the last good state). Unless `wait`, the
-        calls are sent and not awaited: a rank runs its calls in order, so the copy is taken
-        before the next step touches its state, and it lands in the object store (owned by
-        the driver, so it outlives a rank that dies later). The next snapshot or a restore
-        waits for it and surfaces its error."""
+        """Keep every trainer rank's current state (the last good state). On one node each
+        rank writes it into its own host file (host_snapshot.py) and the driver keeps the
+        tokens; when the run spans nodes it goes to the object store, owned by the driver,
+        and a copy is fetched to the driver's node (nodes.py). Unless `wait`, the calls are
+        sent and not awaited: a rank runs its calls in order, so the copy is taken before
+        the next step touches its state. The next snapshot or a restore waits for it and
+        surfaces its error."""
         get_all(self.snaps)
-        self.snaps = refs = [w.snapshot.remote() for w in self.actors.trainers]
+        trainers = self.actors.trainers
         if self.watch is not None and self.watch.replicate:   # a copy that outlives a node
+            self.snaps = refs = [w.snapshot.remote() for w in trainers]
             self.checkpoints.background(lambda: self.watch.keep(refs))
+        else:
+            self.generation += 1
+            root = str(self._host_root())
+            self.snaps = [w.snapshot_host.remote(root, self.generation) for w in trainers]
         if wait:
             get_all(self.snaps)
+
+    def _host_root(self) -> Path:
+        """The run's snapshot directory (made at the first snapshot): host RAM when it has
+        room for every rank's state, with fp32 Adam moments and main weights."""
+        if self.host_root is None:
+            tp = self.plan.placement(Role.TRAINER)
+            per_rank = self.plan.experiment.actor.params * 16 // (tp.tp * tp.pp)
+            self.host_root = host_snapshot.choose_root(per_rank * len(self.actors.trainers))
+        return self.host_root
+
+    def close(self) -> None:
+        """Remove the run's snapshot files (the end of the run)."""
+        if self.host_root is not None:
+            host_snapshot.remove(self.host_root)
+            self.host_root = None
 
     def _restore(self) -> None:
         get_all([w.restore.remote(s) for w, s in zip(self.actors.trainers, self.snaps)])

@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from . import faults, megatron_shim, nodes, safe_load
+from . import faults, host_snapshot, megatron_shim, nodes, safe_load
 
 
 # Distributed optimizer checkpoint format: every rank writes its own shard of the Adam
@@ -77,18 +77,34 @@ class TrainerState:
     def snapshot(self) -> dict:
         """This rank's complete training state in host memory (weights, optimizer, RNG,
         counters): what fault recovery and NaN rollback restore."""
-        import copy
-        return {"model": {k: (v.detach().cpu().clone() if torch.is_tensor(v) else copy.deepcopy(v))
+        return self._state(copy=True)
+
+    @megatron_shim.on_any_thread
+    def snapshot_host(self, root: str, generation: int) -> host_snapshot.HostSnapshot:
+        """`snapshot()` written straight from the live tensors into this rank's host file
+        (host_snapshot.py), with no copy in this process; the token `restore` takes."""
+        host_snapshot.write(root, self.rank, generation, self._state(copy=False))
+        return host_snapshot.HostSnapshot(root, generation)
+
+    def _state(self, copy: bool) -> dict:
+        """The state `snapshot` holds; `copy=False`: views of the live tensors, to be copied
+        out before the next update."""
+        import copy as copying
+        own = (lambda v: v.detach().cpu().clone()) if copy else (lambda v: v.detach())
+        return {"model": {k: (own(v) if torch.is_tensor(v) else copying.deepcopy(v))
                           for k, v in self.model.state_dict().items()},
-                "optimizer": self._optimizer_snapshot(),
+                "optimizer": self._optimizer_snapshot(copy),
                 "rng": self._rng_state(), "steps": self.steps,
                 "nonfinite_steps": self.nonfinite_steps}
 
     @megatron_shim.on_any_thread
     @torch.no_grad()   # fp32 main parameters are views of the model's leaf parameters
-    def restore(self, snap: dict) -> None:
-        """Put this rank back to a `snapshot()` (not a collective); `snap` is left unchanged."""
+    def restore(self, snap) -> None:
+        """Put this rank back to a `snapshot()` or a `snapshot_host()` token (not a
+        collective); `snap` is left unchanged."""
         import copy
+        if isinstance(snap, host_snapshot.HostSnapshot):
+            snap = host_snapshot.read(snap, self.rank)
         self.model.load_state_dict(snap["model"], strict=True)
         if self._dist_optimizers():
             for opt, st in zip(self._dist_optimizers(), snap["optimizer"]):
@@ -117,16 +133,18 @@ class TrainerState:
         dist = [o for o in parts if isinstance(o, DistributedOptimizer)]
         return dist if len(dist) == len(parts) else []
 
-    def _optimizer_snapshot(self):
-        """The optimizer's whole state, copied to host memory. Plain optimizer: its state
-        dict. Distributed optimizer: per DistributedOptimizer, its state dict plus this
-        rank's shard of main parameters and Adam moments in megatron's in-memory
-        `dp_reshardable` layout, which its `load_state_dict` takes back; None before its
-        first step (no Adam state yet, and megatron's `state_dict()` needs one)."""
+    def _optimizer_snapshot(self, copy_out: bool = True):
+        """The optimizer's whole state, copied to host memory (`copy_out=False`: views of
+        the live tensors). Plain optimizer: its state dict. Distributed optimizer: per
+        DistributedOptimizer, its state dict plus this rank's shard of main parameters and
+        Adam moments in megatron's in-memory `dp_reshardable` layout, which its
+        `load_state_dict` takes back; None before its first step (no Adam state yet, and
+        megatron's `state_dict()` needs one)."""
         import copy
         dist = self._dist_optimizers()
         if not dist:
-            return copy.deepcopy(self.optimizer.state_dict())
+            sd = self.optimizer.state_dict()
+            return copy.deepcopy(sd) if copy_out else sd
         out: list = []
         for opt in dist:
             if not opt.optimizer.state:
@@ -138,7 +156,8 @@ class TrainerState:
                     for bucket in buckets:
                         for item in bucket:
                             item["padding"] = False   # `load_parameter_state_from_dp_reshardable` skips padding items
-            out.append({**copy.deepcopy(opt.state_dict()), "param_state": _host_copy(shard),
+            out.append({**copy.deepcopy(opt.state_dict()),
+                        "param_state": _host_copy(shard) if copy_out else shard,
                         "param_state_sharding_type": "dp_reshardable"})
         return out
 

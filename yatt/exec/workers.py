@@ -99,7 +99,10 @@ class TrainerWorker:
     def snapshot(self) -> dict:
         return self.trainer.snapshot()
 
-    def restore(self, snap: dict) -> None:
+    def snapshot_host(self, root: str, generation: int):
+        return self.trainer.snapshot_host(root, generation)
+
+    def restore(self, snap) -> None:
         self._staged, self._old = [], None
         self.trainer.restore(snap)
 
