@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-TENSOR_KEY = "__yatt_tensor__"   # a placeholder {TENSOR_KEY: (index, dtype, shape, offset)}
+TENSOR_KEY = "__yatt_tensor__"   # a tensor's placeholder in the skeleton: {TENSOR_KEY: its index}
 ALIGN = 64                       # each tensor starts on a cache-line boundary
 VIEW_MIN_BYTES = 1 << 16         # `read` hands out views of tensors this large, else copies
 
