@@ -77,23 +77,23 @@ class TrainerState:
     def snapshot(self) -> dict:
         """This rank's complete training state in host memory (weights, optimizer, RNG,
         counters): what fault recovery and NaN rollback restore."""
-        return self._state(copy=True)
+        return self._state(copy_out=True)
 
     @megatron_shim.on_any_thread
     def snapshot_host(self, root: str, generation: int) -> host_snapshot.HostSnapshot:
         """`snapshot()` written straight from the live tensors into this rank's host file
         (host_snapshot.py), with no copy in this process; the token `restore` takes."""
-        host_snapshot.write(root, self.rank, generation, self._state(copy=False))
+        host_snapshot.write(root, self.rank, generation, self._state(copy_out=False))
         return host_snapshot.HostSnapshot(root, generation)
 
-    def _state(self, copy: bool) -> dict:
-        """The state `snapshot` holds; `copy=False`: views of the live tensors, to be copied
-        out before the next update."""
-        import copy as copying
-        own = (lambda v: v.detach().cpu().clone()) if copy else (lambda v: v.detach())
-        return {"model": {k: (own(v) if torch.is_tensor(v) else copying.deepcopy(v))
+    def _state(self, copy_out: bool) -> dict:
+        """The state `snapshot` holds; `copy_out=False`: views of the live tensors, to be
+        copied out before the next update."""
+        import copy
+        return {"model": {k: ((_host_copy(v) if copy_out else v.detach()) if torch.is_tensor(v)
+                              else copy.deepcopy(v))
                           for k, v in self.model.state_dict().items()},
-                "optimizer": self._optimizer_snapshot(copy),
+                "optimizer": self._optimizer_snapshot(copy_out),
                 "rng": self._rng_state(), "steps": self.steps,
                 "nonfinite_steps": self.nonfinite_steps}
 
@@ -133,7 +133,7 @@ class TrainerState:
         dist = [o for o in parts if isinstance(o, DistributedOptimizer)]
         return dist if len(dist) == len(parts) else []
 
-    def _optimizer_snapshot(self, copy_out: bool = True):
+    def _optimizer_snapshot(self, copy_out: bool):
         """The optimizer's whole state, copied to host memory (`copy_out=False`: views of
         the live tensors). Plain optimizer: its state dict. Distributed optimizer: per
         DistributedOptimizer, its state dict plus this rank's shard of main parameters and
