@@ -63,7 +63,10 @@ def test_each_quick_table_determines_its_fit(exps):
     assert (q.train, q.logprob, q.decode, q.prefill, q.join) == (
         full.train, full.logprob, full.decode, full.prefill, full.join)
     assert q.passes * q.reps < full.passes * full.reps and q.stop_samples < full.stop_samples
-    assert q.restarts < full.restarts and q.contention_rounds < full.contention_rounds
+    assert q.contention_rounds < full.contention_rounds
+    # re-creates: three, as many as the full set, since one slow re-create of a large KV
+    # cache is half of a median of two (the re-create dominates a colocate step on CPU)
+    assert q.restarts >= 3
 
 
 def test_the_full_profile_covers_every_term_and_smoke_says_what_it_lacks(exps):

@@ -96,7 +96,8 @@ def host_probe_parts_once() -> tuple[float, float]:
     """(interpreter s, matmul s) of one fixed CPU workload: 100k pure-Python additions, then
     30 fp32 256x256 matmuls (one thread after `prepare`). The same code at profile time and
     at plan time tells how much faster or slower the host is now than when it was profiled;
-    the two parts apart tell interpreter-bound and compute-bound speed apart."""
+    the two parts apart tell interpreter speed from large-matmul speed (the host rescale
+    follows the first: `yatt.planner.hostscale`)."""
     import torch
 
     return python_loop_time(100_000), matmul_loop_time(torch.ones(256, 256), 30)

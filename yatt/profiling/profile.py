@@ -75,7 +75,7 @@ class Points:
         with a base profile the Ray-path terms are carried from it (`carry`), else measured
         with fewer repetitions and rounds: about a minute per experiment instead of ten,
         for re-profiling a host rather than trusting a stale profile."""
-        return cls(reps=2, restarts=2, rpc_reps=20, handoff_reps=5, contention_rounds=3,
+        return cls(reps=2, restarts=3, rpc_reps=20, handoff_reps=5, contention_rounds=3,
                    stop_samples=64, passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
 
     @classmethod
