@@ -25,9 +25,9 @@ Measured across two CPU kinds (`bench/fidelity.py` on an Intel Xeon with the shi
 profile): the Xeon ran the matmul part 0.63x and the Python part 1.03x the EPYC that made
 the shipped profile, while its tables (a fresh `yatt profile --quick` of the same models)
 ran 0.99x (train) to 1.1-1.2x (decode) and the executor's colocate steps were within 2-6%
-of the profile as is; the matmul part is kept and printed as a diagnostic. A profile that recorded only the whole probe (`host_probe_s`,
-older files) rescales every term by its one ratio. Contention ratios and stop lengths are
-ratios and counts: unchanged.
+of the profile as is; the matmul part is kept and printed as a diagnostic. A profile that
+recorded only the whole probe (`host_probe_s`, older files) rescales every term by its one
+ratio. Contention ratios and stop lengths are ratios and counts: unchanged.
 Pure: the measuring lives in `yatt.profiling.hostcheck`.
 """
 from __future__ import annotations
