@@ -48,14 +48,15 @@ def test_generate_n_samples_with_logprobs(engine):
 
 
 def test_streams_finished_samples_to_a_bounded_queue(engine):
-    from ray.util.queue import Queue
+    from yatt.exec.stream_queue import StreamQueue
 
     actor, _ = engine
-    q = Queue(maxsize=4, actor_options={"num_cpus": 0})
+    q = StreamQueue(maxsize=4, actor_options={"num_cpus": 0})
     ref = actor.generate.remote(_requests(), sink=q)
     seen = []
     while len(seen) < 12:
-        seen.extend(q.get(timeout=60))
+        for batch in q.get_all(timeout=60):
+            seen.extend(batch)
     assert sorted(r.key for r in seen) == sorted(r.key for r in ray.get(ref))
     ray.kill(q.actor)
 
@@ -87,7 +88,7 @@ def test_a_blocked_sink_does_not_stall_the_engine(engine):
         def state(self):
             return self.arrived, self.got
 
-    class Sink:   # the put_async surface of ray.util.queue.Queue
+    class Sink:   # the put_async surface of StreamQueue
         def __init__(self, actor):
             self.actor = actor
 

@@ -274,15 +274,17 @@ class StepController:
 
     def rollout_and_judge(self) -> PhaseReport:
         """Partial: rollout engine r streams each finished batch into bounded queue r % G;
-        GenRM engine g judges from queue g as items arrive."""
+        GenRM engine g judges from queue g as items arrive, what piled up while it
+        stepped as one call (`StreamQueue.get_all`)."""
         import ray
-        from ray.util.queue import Queue
+
+        from .stream_queue import StreamQueue
 
         t = time.time()
         R, G = len(self.rollout_engines), len(self.genrm_engines)
         while len(self._queues) < G:
-            self._queues.append(Queue(maxsize=self.cfg.queue_capacity,
-                                      actor_options={"num_cpus": 0}))
+            self._queues.append(StreamQueue(maxsize=self.cfg.queue_capacity,
+                                            actor_options={"num_cpus": 0}))
         parts = self._by_engine(self._requests(), lambda r: r.key, R)
         expected = [0] * G
         ctx: list[dict[int, JudgeInput]] = [{} for _ in range(G)]

@@ -256,12 +256,13 @@ class GenRMServer(EngineServer):
 
     async def judge_stream(self, queue: Any, expected: int,
                            context: Optional[Mapping[int, JudgeInput]] = None) -> list[Judgment]:
-        """Judge `expected` results arriving as batches on `queue`, each batch submitted to
-        the engine as soon as it arrives (concurrently with rollout)."""
+        """Judge `expected` results arriving as batches on `queue` (a `StreamQueue`),
+        concurrently with rollout: every batch that arrived since the last get is submitted
+        to the engine as one call."""
         tasks = []
         got = 0
         while got < expected:
-            batch = await queue.get_async()
+            batch = [r for b in await queue.get_all_async() for r in b]
             got += len(batch)
             tasks.append(asyncio.ensure_future(self.judge(batch, context)))
         out: list[Judgment] = []

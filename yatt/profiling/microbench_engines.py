@@ -26,7 +26,7 @@ def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: 
     """Seconds one streamed batch costs the rollout engine that hands it off (per put).
 
     In partial colocate the executor's rollout engine puts each engine step's finished
-    results on a Ray queue (`EngineServer.generate(..., sink=queue)`) while it steps on; the
+    results on a `StreamQueue` (`EngineServer.generate(..., sink=queue)`) while it steps on; the
     put does not block it, but serialising and sending it runs in the engine's process, on
     the engine's core. Measured as the executor runs it: one engine actor generates the same
     `requests` (13-token prompts, 4-16 new tokens) alone and streaming to a queue that a
@@ -34,9 +34,9 @@ def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: 
     pairs of (streaming - alone) / puts. Starts and stops a local Ray session."""
     import numpy as np
     import ray
-    from ray.util.queue import Queue
 
     from yatt.exec.rollout import EngineServer, GenRequest, engine_actor_class
+    from yatt.exec.stream_queue import StreamQueue
 
     with local_ray():
         @ray.remote(num_cpus=0)
@@ -44,8 +44,9 @@ def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: 
             async def run(self, queue, n: int) -> int:
                 got = puts = 0
                 while got < n:
-                    got += len(await queue.get_async())
-                    puts += 1
+                    batches = await queue.get_all_async()
+                    got += sum(len(b) for b in batches)
+                    puts += len(batches)
                 return puts
 
         cfg = _engine_config(hf_path, True, max_num_seqs=max(64, requests), mem_util=0.5)
@@ -59,14 +60,14 @@ def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: 
                                max_tokens=int(rng.integers(4, 17)), temperature=1.0,
                                seed=10_000 * k + i) for i in range(requests)]
 
-        warm = Queue()   # warm-up: the engine, the drain actor's process and the streaming path
+        warm = StreamQueue()   # warm-up: the engine, the drain actor's process and the streaming path
         ray.get([eng.generate.remote(batch(0), sink=warm), drain.run.remote(warm, requests)])
         ray.kill(warm.actor)
         per = []
         for k in range(1, reps + 1):
             reqs = batch(k)
-            queue = Queue()
-            ray.get(queue.actor.qsize.remote())   # the queue actor is up before timing
+            queue = StreamQueue()
+            queue.qsize()   # the queue actor is up before timing
             t0 = time.perf_counter()
             ray.get(eng.generate.remote(reqs))
             alone = time.perf_counter() - t0

@@ -16,19 +16,23 @@ interval, before its decode steps. A request admitted while others are decoding 
 is given.
 Each request then needs `max(1, output)` decode steps.
 
-An arrival that finds room while the engine is decoding interrupts the interval: progress
-first pays any prefill still owed, then is credited pro rata in whole decode steps (the
-remainder carries over), then the newcomer joins.
+An arrival that finds room while the engine is decoding joins at the next decode-step
+boundary, as a real engine's scheduler only changes the batch between steps: the interval
+is cut after the first whole step that ends at or after the arrival (or runs to its end if
+that is its last step). While prefill is still owed, the newcomer joins at once.
 
 A call that hands an engine k requests at once (a batch, or one streamed hand-off) can
 cost the engine's process time beyond its steps: the call itself, building and adding k
 requests, returning results (`call_s(k)`, `CostModel.engine_call_time`). It is owed like
-prefill, before the engine's next steps.
+prefill, before the engine's next steps. A streamed GenRM (`merged_calls`) takes every
+hand-off that arrived while it stepped as one call (the executor's `StreamQueue.get_all`):
+its requests are billed as one `call_s(k)` when the engine next re-plans.
 """
 from __future__ import annotations
 
 from collections import deque
 from functools import partial
+from math import ceil
 from heapq import heapify, heappop, heappush, heapreplace
 from typing import Callable, Optional, Sequence
 
@@ -51,13 +55,16 @@ class GenEngine:
                  out_tokens: Sequence[int], prefill_s: Sequence[float], on_done: DoneFn,
                  on_admit: Optional[Callable[[int], None]] = None,
                  join_s: Optional[Sequence[float]] = None,
-                 call_s: Optional[Callable[[int], float]] = None) -> None:
+                 call_s: Optional[Callable[[int], float]] = None,
+                 merged_calls: bool = False) -> None:
         self.env, self.devices, self.model, self.tp, self.cost = env, devices, model, tp, cost
         self.kv_cap, self.max_seqs = kv_cap, max_seqs
         self.inp, self.out, self.pf = in_tokens, out_tokens, prefill_s
         self.pj = prefill_s if join_s is None else join_s
         self.on_done, self.on_admit = on_done, on_admit
         self.call_s = call_s
+        self.merged_calls = merged_calls
+        self.unbilled = 0     # requests handed over since the last merged call was billed
         self.on_drop: Optional[Callable[["GenEngine"], None]] = None  # outstanding went down
         self.router_index = 0
         self.waiting: deque[int] = deque()
@@ -68,7 +75,6 @@ class GenEngine:
         self.outstanding = 0  # waiting + running (least-loaded dispatch key)
         self.closed = False
         self.decoding = False
-        self.carry = 0.0      # decode time already spent on a partial step
         self.debt = 0.0       # prefill time still owed by admitted requests
         self.wake: Optional[simpy.Event] = None
         self.busy: list[tuple[float, float, int]] = []  # (start, end, tokens) intervals
@@ -93,7 +99,10 @@ class GenEngine:
     def charge(self, requests: int) -> None:
         """One call handed this engine `requests` requests: owe its overhead (`call_s`)."""
         if self.call_s is not None and requests > 0:
-            self.debt += self.call_s(requests)
+            if self.merged_calls:
+                self.unbilled += requests
+            else:
+                self.debt += self.call_s(requests)
 
     def poke(self) -> None:
         """New work may be admissible: wake an idle engine or interrupt a decode interval."""
@@ -165,12 +174,15 @@ class GenEngine:
             return
         if self._busy_from is None:
             self._busy_from = env.now
+        if self.unbilled:   # the hand-offs that piled up: one call
+            self.debt += self.call_s(self.unbilled)
+            self.unbilled = 0
         self.debt += self._admit()  # prefill time owed by newcomers
         B, S = len(heap), self.S
         r = heap[0][0] - S
         dec = self.decode(B, self.base + B * S, r)
         owed = self.debt      # charges that arrive during the interval stay owed
-        dt = owed + max(0.0, dec - self.carry)
+        dt = owed + dec
         self._interval = (env.now, owed, dec, r, B)
         self.decoding = True
         self._timer = t = env.timeout(dt)
@@ -187,19 +199,30 @@ class GenEngine:
         self.env.schedule(ev, URGENT)
 
     def _interrupted(self, _ev) -> None:
-        """A newcomer found room mid-interval: credit the progress made, then re-plan."""
-        self._timer = None
+        """A newcomer found room mid-interval: cut the interval at the next step boundary."""
         t0, owed, dec, r, B = self._interval
         spent = self.env.now - t0
-        if spent <= owed:  # still prefilling
+        if spent <= owed:  # still prefilling: the newcomer joins this prefill
+            self._timer = None
             self.debt -= spent
-        else:
-            spent = spent - owed + self.carry
-            self.debt -= owed
-            k = min(r - 1, int(r * spent / dec)) if dec > 0 else 0
-            self.carry = max(0.0, spent - dec * k / r)
-            self.S += k
-            self._tokens += k * B
+            self._step()
+            return
+        per = dec / r
+        k = max(1, ceil((spent - owed) / per - 1e-9)) if per > 0 else 1
+        if k >= r:  # the boundary is the interval's end: `_ticked` re-plans there
+            return
+        self._timer = t = self.env.timeout(max(0.0, owed + k * per - spent))
+        t.callbacks.append(partial(self._at_boundary, k))
+
+    def _at_boundary(self, k: int, ev) -> None:
+        """The step boundary a newcomer waited for: credit k steps, then re-plan."""
+        if ev is not self._timer:
+            return
+        self._timer = None
+        _, owed, _, _, B = self._interval
+        self.debt -= owed
+        self.S += k
+        self._tokens += k * B
         self._step()
 
     def _ticked(self, ev) -> None:
@@ -210,7 +233,6 @@ class GenEngine:
         _, owed, _, r, B = self._interval
         self.debt -= owed
         self.decoding = False
-        self.carry = 0.0
         self.S = S = self.S + r
         self._tokens += r * B
         done = []

@@ -220,8 +220,9 @@ class _Step:
 
     # ---- engines ----------------------------------------------------------------------------
     def _engines(self, env, role: Role, on_done, capacity: Optional[int] = None,
-                 busy: int = 1) -> Router:
-        """The role's engines; `busy`: devices generating at once on the host (contention)."""
+                 busy: int = 1, streamed: bool = False) -> Router:
+        """The role's engines; `busy`: devices generating at once on the host (contention);
+        `streamed`: fed by hand-offs, each engine taking what piled up as one call."""
         plan = self.plan
         pl, model = plan.placement(role), plan.model_for(role)
         inp, out = (self.prompt, self.resp) if role is Role.ROLLOUT else (self.gin, self.gout)
@@ -240,7 +241,7 @@ class _Step:
             return k * base.engine_call_time(model, n)
         engines = [GenEngine(env, tuple(g), model, pl.tp, cost, self.run.kv[role],
                              self.run.max_seqs[role], inp, out, pf, on_done, join_s=pj,
-                             call_s=call)
+                             call_s=call, merged_calls=streamed)
                    for g in pl.groups()]
         return Router(env, engines, capacity)
 
@@ -371,7 +372,8 @@ class _Step:
         if has_genrm:  # rollout and GenRM engines generate at once on disjoint devices
             busy += len(self.plan.placement(Role.GENRM).devices)
         ro = self._engines(env, Role.ROLLOUT, rollout_done, busy=busy)
-        gr = self._engines(env, Role.GENRM, genrm_done, queue, busy) if has_genrm else None
+        gr = (self._engines(env, Role.GENRM, genrm_done, queue, busy, streamed=True)
+              if has_genrm else None)
         launch(list(pool.round_groups(0)))
         maybe_close()
         yield env.all_of(ro.procs())
