@@ -71,12 +71,14 @@ class Points:
     def quick(cls) -> "Points":
         """`yatt profile --quick`: the full set's points for every in-process table (they
         cost seconds, and fewer points bend the fits: bench/quick_profile.py), one pass,
-        fewer repetitions, engine re-creates and stop lengths, and a shorter host probe;
+        fewer repetitions and a shorter host probe, but as many engine re-creates and stop
+        lengths (the a-priori length distribution: half the samples moved a long-tailed
+        workload's mean response by 15%);
         with a base profile the Ray-path terms are carried from it (`carry`), else measured
         with fewer repetitions and rounds: about a minute per experiment instead of ten,
         for re-profiling a host rather than trusting a stale profile."""
         return cls(reps=2, restarts=3, rpc_reps=20, handoff_reps=5, contention_rounds=3,
-                   stop_samples=64, passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
+                   passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
 
     @classmethod
     def smoke(cls) -> "Points":
