@@ -297,8 +297,9 @@ class EngineServer:
 
     # ---- generation ----------------------------------------------------------------
     async def generate(self, requests: list[GenRequest], sink: Any = None) -> list[GenResult]:
-        """Generate all requests; with `sink` (a `StreamQueue`, or anything with `put_async`), also put each
-        engine step's finished results on it as one batch (list) the moment they finish."""
+        """Generate all requests; with `sink` (a `StreamQueue`, or anything with `put_async`),
+        also put each engine step's finished results on it as one batch (list) the moment
+        they finish."""
         if self.fault is not None:
             self.fault.tick()
             self.fault.maybe_exit()      # injected crash (tests)

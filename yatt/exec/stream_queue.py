@@ -48,7 +48,6 @@ class StreamQueue:
     def __init__(self, maxsize: int = 0, actor_options: Optional[dict] = None) -> None:
         import ray
 
-        self.maxsize = maxsize
         self.actor = ray.remote(_QueueActor).options(**(actor_options or {})).remote(maxsize)
 
     async def put_async(self, item: Any) -> None:

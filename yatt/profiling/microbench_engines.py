@@ -60,7 +60,7 @@ def handoff_time(hf_path: str, vocab: int, reps: int, requests: int = 32, seed: 
                                max_tokens=int(rng.integers(4, 17)), temperature=1.0,
                                seed=10_000 * k + i) for i in range(requests)]
 
-        warm = StreamQueue()   # warm-up: the engine, the drain actor's process and the streaming path
+        warm = StreamQueue()   # warm-up: the engine, the drain actor and the streaming path
         ray.get([eng.generate.remote(batch(0), sink=warm), drain.run.remote(warm, requests)])
         ray.kill(warm.actor)
         per = []

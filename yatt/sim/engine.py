@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from collections import deque
 from functools import partial
-from math import ceil
 from heapq import heapify, heappop, heappush, heapreplace
+from math import ceil
 from typing import Callable, Optional, Sequence
 
 import simpy
