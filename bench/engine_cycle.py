@@ -1,23 +1,27 @@
-"""What a CPU engine's teardown-and-re-create costs, and what yatt's two measures save.
+"""What a CPU engine's teardown-and-re-create costs, and what yatt's three measures save.
 
 Why: on CPU "devices" vLLM has no sleep mode, so a phase that releases an engine destroys
 it and the next phase re-creates it (`release: teardown`, the demo's policy). With vLLM's
 defaults most of that cycle is not the model: its eight `gc.collect()` calls walk the whole
 heap of torch, vLLM and Megatron objects (its shutdown unfreezes it first), and the KV cache
-(`VLLM_CPU_KVCACHE_SPACE`, whole GiB) is zeroed at every start. yatt's CPU engine collects only the young generations
-inside start and teardown and ends a teardown with one full collection
-(`yatt.exec.gcscope`), and sizes the KV cache to the engine's own sequences
-(`yatt.exec.rollout.cpu_kv_bytes`). This bench times the cycle of the demo models
-engines (`yatt.exec.rollout.EngineCore`, the executor's class, in one process with Megatron
-imported as in a trainer-colocated actor) in three variants, interleaved round by round
-so host drift hits them alike:
+(`VLLM_CPU_KVCACHE_SPACE`, whole GiB) is zeroed at every start. yatt's CPU engine collects
+only the young generations inside start and teardown, holds vLLM's freeze and unfreeze
+there, freezes the heap alive before it builds an engine so that the one full collection
+ending a teardown walks the engine's objects only (`yatt.exec.gcscope`), and sizes the KV
+cache to the engine's own sequences (`yatt.exec.rollout.cpu_kv_bytes`). This bench times
+the cycle of the demo models' engines (`yatt.exec.rollout.EngineCore`, the executor's
+class, in one process with Megatron imported as in a trainer-colocated actor) in four
+variants, interleaved round by round so host drift hits them alike:
   vllm_defaults   vLLM's own full collections and a 1 GiB KV cache
   young_gc        young collections, 1 GiB KV cache
-  yatt            young collections and the sized KV cache (what `yatt run` does)
-Each round re-creates the engine, generates one small batch (so the engine is used), and
-tears it down. Reports the median create, teardown and cycle seconds per variant and model,
-and the process's resident memory after the last round (no growth means the collections
-still return the engine's memory).
+  sized_kv        young collections and the sized KV cache
+  yatt            all three: the frozen heap too (what `yatt run` does)
+A variant without the frozen heap starts from an unfrozen one; `yatt` from the heap frozen
+once, outside the timing, as an engine actor's first start leaves it. Each round re-creates the
+engine, generates one small batch (so the engine is used), and tears it down. Reports the
+median create, teardown and cycle seconds per variant and model, and the process's
+resident memory after the last round (no growth means the collections still return the
+engine's memory).
 Writes bench/results/engine_cycle.json and prints one line per variant.
 Usage: .venv/bin/python bench/engine_cycle.py [--rounds 5]
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 import statistics
 import sys
@@ -41,16 +46,18 @@ ONE_GIB = 1 << 30
 
 @dataclass(frozen=True)
 class Variant:
-    """Which of yatt's two measures a variant keeps (the others are patched out)."""
+    """Which of yatt's three measures a variant keeps (the others are patched out)."""
 
     name: str
     young_gc: bool
     sized_kv: bool
+    frozen_heap: bool
 
 
-VARIANTS = (Variant("vllm_defaults", young_gc=False, sized_kv=False),
-            Variant("young_gc", young_gc=True, sized_kv=False),
-            Variant("yatt", young_gc=True, sized_kv=True))
+VARIANTS = (Variant("vllm_defaults", young_gc=False, sized_kv=False, frozen_heap=False),
+            Variant("young_gc", young_gc=True, sized_kv=False, frozen_heap=False),
+            Variant("sized_kv", young_gc=True, sized_kv=True, frozen_heap=False),
+            Variant("yatt", young_gc=True, sized_kv=True, frozen_heap=True))
 
 
 @contextlib.contextmanager
@@ -58,15 +65,21 @@ def variant(v: Variant):
     """The executor's engine as `v` runs it."""
     from yatt.exec import rollout
 
-    young, kv = rollout.young_collections, rollout.cpu_kv_bytes
+    young, kv, freeze = rollout.young_collections, rollout.cpu_kv_bytes, rollout.freeze_heap
     if not v.young_gc:
         rollout.young_collections = lambda enabled=True: contextlib.nullcontext()
     if not v.sized_kv:
         rollout.cpu_kv_bytes = lambda cfg: ONE_GIB
+    if not v.frozen_heap:
+        gc.unfreeze()   # what an earlier round froze
+        rollout.freeze_heap = lambda: None
+    else:   # an executor's engine actor froze its heap at its first start, once
+        freeze()
     try:
         yield
     finally:
         rollout.young_collections, rollout.cpu_kv_bytes = young, kv
+        rollout.freeze_heap = freeze
 
 
 def cycle(cfg) -> tuple[float, float, float]:

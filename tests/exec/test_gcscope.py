@@ -1,10 +1,11 @@
-"""gcscope: inside the block a full collection leaves old cycles; outside it frees them."""
+"""gcscope: inside the block a full collection leaves old cycles and vLLM's freeze and
+unfreeze are held; outside it the cycles are freed; a frozen heap is not walked."""
 from __future__ import annotations
 
 import gc
 import weakref
 
-from yatt.exec.gcscope import young_collections
+from yatt.exec.gcscope import freeze_heap, young_collections
 
 
 class _Node:
@@ -48,3 +49,34 @@ def test_the_real_collect_is_restored_after_an_error():
     except RuntimeError:
         pass
     assert gc.collect is full
+
+
+def test_freeze_and_unfreeze_are_held_inside_the_block_and_restored_after():
+    freeze, unfreeze = gc.freeze, gc.unfreeze
+    before = gc.get_freeze_count()
+    with young_collections():
+        gc.freeze()
+        assert gc.get_freeze_count() == before
+        gc.unfreeze()
+        assert gc.get_freeze_count() == before
+    assert (gc.freeze, gc.unfreeze) == (freeze, unfreeze)
+
+
+def test_a_frozen_cycle_outlives_a_full_collection_and_later_garbage_does_not():
+    """What `freeze_heap` froze stays put through the teardown's full collection (and
+    vLLM's unfreeze inside the block); what was made after it is collected."""
+    try:
+        old = _Node()
+        freeze_heap()
+        assert gc.get_freeze_count() > 0
+        frozen = weakref.ref(old)
+        del old
+        young = _old_garbage()
+        with young_collections():
+            gc.unfreeze()       # vLLM's shutdown: held
+        gc.collect()
+        assert young() is None
+        assert frozen() is not None
+    finally:
+        gc.unfreeze()
+        gc.collect()

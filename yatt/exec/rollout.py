@@ -28,7 +28,7 @@ from typing import Any, Iterable, Optional
 
 from yatt.core.release import ReleaseAction
 
-from .gcscope import young_collections
+from .gcscope import freeze_heap, young_collections
 
 
 @dataclass(frozen=True)
@@ -126,6 +126,8 @@ class EngineCore:
             # generator.
             kw["enable_chunked_prefill"] = False
             kw["kv_cache_memory_bytes"] = cpu_kv_bytes(self.cfg)
+        if self.cfg.cpu:
+            freeze_heap()   # the teardown's full collection then walks the engine only
         with young_collections(self.cfg.cpu):
             self.llm = LLM(self.cfg.model_path, **kw)
         self.sleeping = False
