@@ -120,6 +120,41 @@ def test_replay_checks_the_host_and_titles_the_rescaled_prediction(tmp_path, cap
     assert "host check: off" in text and "rescaled" not in text
 
 
+def test_replay_of_a_run_that_recorded_its_probe_rescales_to_that_run(tmp_path, capsys,
+                                                                      monkeypatch):
+    """A measured trace carries the probe its run timed: replay re-simulates that run at
+    that run's host speed, and times nothing here."""
+    from yatt.core.trace import Trace
+    from yatt.planner.hostscale import HostProbe, host_ratios
+    from yatt.profiling import hostcheck
+
+    monkeypatch.setenv("YATT_HOST_CHECK", "on")
+
+    def no_timing(*_a, **_k):
+        raise AssertionError("the host was timed")
+
+    monkeypatch.setattr(hostcheck, "measure", no_timing)
+    trace = Trace.read_jsonl(_tiny_trace(tmp_path / "t.jsonl"))
+    prof = load_profile(SHIPPED)
+    t = prof.tables
+    # a run on a host 1.3x slower (interpreter part) than the profile's
+    probe = HostProbe(python_s=t.host_probe_python_s * 1.3, matmul_s=t.host_probe_matmul_s)
+    extra = {**trace.meta.extra, **probe.record()}
+    path = tmp_path / "recorded.jsonl"
+    Trace(dataclasses.replace(trace.meta, extra=extra), trace.samples, trace.spans).write_jsonl(path)
+    r = host_ratios(t, HostProbe.from_record(extra))
+    assert main(["replay", str(path), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o"), "--no-progress"]) == 0
+    text = capsys.readouterr().out
+    assert (f"host check: the trace's run timed the profile's probe in {r.whole:.2f}x" in text
+            and f"(interpreter x{r.interpreter:.2f})" in text), text
+    assert "profile rescaled to the run's host" in text
+    assert main(["replay", str(path), "--profile", str(SHIPPED), "--gpus", "16", "--mode",
+                 "colocate", "--out", str(tmp_path / "o2"), "--no-progress",
+                 "--no-host-check"]) == 0
+    assert "host check: off" in capsys.readouterr().out
+
+
 def test_run_report_says_the_prediction_was_rescaled(tmp_path):
     """`yatt run`'s predicted-vs-measured table and line name the rescale they used."""
     from rich.console import Console

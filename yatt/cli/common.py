@@ -133,12 +133,16 @@ def host_check_on(args: argparse.Namespace) -> bool:
     return enabled_by_env() and not getattr(args, "no_host_check", False)
 
 
-def host_checked(console: Any, profile: Any, config: Any, enabled: bool):
-    """The profile rescaled to this host (`yatt.profiling.hostcheck`), its lines printed on
-    `console`; a `HostCheck` whose `.profile` the verb predicts with."""
-    from yatt.profiling.hostcheck import check_host
+def host_checked(console: Any, profile: Any, config: Any, enabled: bool, trace: Any = None):
+    """The profile rescaled to this host (`yatt.profiling.hostcheck`), or to the host a
+    measured `trace`'s run recorded, its lines printed on `console`; a `HostCheck` whose
+    `.profile` the verb predicts with."""
+    from yatt.planner.hostscale import HostProbe
+    from yatt.profiling.hostcheck import check_host, check_recorded
 
-    check = check_host(profile, clean(str(config), 400), enabled=enabled)
+    recorded = HostProbe.from_record(trace.meta.extra) if trace is not None else None
+    check = (check_recorded(profile, recorded, enabled=enabled)
+             or check_host(profile, clean(str(config), 400), enabled=enabled))
     for line in check.lines:
         console.print(line, markup=False, highlight=False, soft_wrap=True)
     return check

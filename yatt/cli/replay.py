@@ -193,7 +193,7 @@ def run_replay_command(args: argparse.Namespace) -> int:
                   f"{shown(plan.cluster.gpu.name)}; cost model: "
                   + (f"profile {shown(args.profile)}" if args.profile else "default efficiencies"))
     # the recorded run's experiment is in the trace: the refresh names its config generically
-    host = host_checked(console, profile, "EXPERIMENT.yaml", probe_host)
+    host = host_checked(console, profile, "EXPERIMENT.yaml", probe_host, trace)
     profile = host.profile
     prog = LazyProgress(console, "replaying", enabled=not args.no_progress)
     try:

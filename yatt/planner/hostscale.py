@@ -158,12 +158,12 @@ def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe) -> Profile:
                                source=f"{profile.source}; {ratio_text(r)}")
 
 
-def ratio_text(r: HostRatios) -> str:
+def ratio_text(r: HostRatios, where: str = "this host") -> str:
     """The ratios in a few words."""
     if r.split:
-        return (f"rescaled to this host: probe x{r.whole:.2f} (interpreter x{r.interpreter:.2f}, "
+        return (f"rescaled to {where}: probe x{r.whole:.2f} (interpreter x{r.interpreter:.2f}, "
                 f"matmul x{r.matmul:.2f})")
-    return f"rescaled to this host: probe x{r.whole:.2f}"
+    return f"rescaled to {where}: probe x{r.whole:.2f}"
 
 
 def host_line(r: HostRatios) -> str:

@@ -7,7 +7,10 @@ this host (`yatt.planner.hostscale`) with the lines to print: the ratio, and pas
 documented band that the profile was made on another host with the `yatt profile` command
 that refreshes it. It needs torch (the exec install); without it, one line says the check
 was skipped. `--no-host-check`, or YATT_HOST_CHECK=off in the environment (the test suite),
-keeps the profile as measured: reproducible planning.
+keeps the profile as measured: reproducible planning. `yatt replay` of a measured trace
+that recorded the probe its run timed (`yatt run` records it) rescales to that run's host
+instead (`check_recorded`): a replay re-simulates the recorded run, so the cost model
+belongs at the speed that run had, not at this host's.
 """
 from __future__ import annotations
 
@@ -40,11 +43,12 @@ class HostCheck:
     lines: tuple[str, ...] = ()
     ratios: Optional[HostRatios] = None
     probe: Optional[HostProbe] = None
+    where: str = "this host"        # the host the profile was rescaled to
 
     @property
     def note(self) -> str:
-        """A few words for labels: how the profile was carried to this host ('' when not)."""
-        return ratio_text(self.ratios) if self.ratios is not None else ""
+        """A few words for labels: how the profile was carried to `where` ('' when not)."""
+        return ratio_text(self.ratios, self.where) if self.ratios is not None else ""
 
 
 def enabled_by_env() -> bool:
@@ -108,3 +112,22 @@ def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
     if stale:
         lines.append(stale)
     return HostCheck(rescale_profile(profile, r, now), tuple(lines), r, now)
+
+
+def check_recorded(profile: Optional[Profile], recorded: Optional[HostProbe], *,
+                   enabled: bool = True) -> Optional[HostCheck]:
+    """`profile` rescaled to the host probe a measured run recorded (no timing here); None
+    where there is nothing to rescale by (no probe recorded, no tables, a GPU profile, no
+    probe in the profile), so the caller falls back to `check_host`."""
+    if not enabled or recorded is None or profile is None or profile.tables is None:
+        return None
+    t = profile.tables
+    if t.device != "cpu" or t.host_probe_s <= 0:
+        return None
+    r = host_ratios(t, recorded)
+    if r is None:
+        return None
+    line = (f"host check: the trace's run timed the profile's probe in {r.whole:.2f}x its "
+            f"profile-time seconds; the profile is rescaled to that run's host "
+            f"(interpreter x{r.interpreter:.2f}), not timed here")
+    return HostCheck(rescale_profile(profile, r, recorded), (line,), r, recorded, "the run's host")
