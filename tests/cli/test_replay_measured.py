@@ -13,6 +13,7 @@ import pytest
 from yatt.cli.main import main
 from yatt.core.roles import TraceSource
 from yatt.core.trace import Trace
+from yatt.planner.replay import sample_steps
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED = ROOT / "configs" / "profiles" / "cpu-local.yaml"
@@ -50,6 +51,8 @@ def test_replay_of_a_measured_trace(name, request, tmp_path, capsys):
                  "--out", str(out), "--no-progress"]) == 0
     text = capsys.readouterr().out
     assert "measured trace" in text and "Recorded vs predicted" in text and "What if" in text
+    # step 0's one-off warm-up is left out of the comparison, as `yatt run` leaves it out
+    assert "step 0 excluded" in text and f"({len(sample_steps(trace)) - 1} steps;" in text
     for f in ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png"):
         assert (out / f).stat().st_size > 0, f
     if not MEASURED:

@@ -16,7 +16,7 @@ from yatt.planner.sizes import parse_gpu_sizes
 from yatt.core.errors import InputError, clean
 from yatt.core.limits import MAX_GPUS
 from yatt.core.safeio import atomic_write
-from yatt.core.roles import Mode
+from yatt.core.roles import Mode, TraceSource
 from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
@@ -195,9 +195,13 @@ def run_replay_command(args: argparse.Namespace) -> int:
     # the recorded run's experiment is in the trace: the refresh names its config generically
     host = host_checked(console, profile, "EXPERIMENT.yaml", probe_host, trace)
     profile = host.profile
+    # a measured run's step 0 pays one-off warm-up, as `yatt run`'s own comparison excludes it
+    warmup = int(trace.meta.source is TraceSource.MEASURED and len(sample_steps(trace)) > 1)
+    if warmup:
+        console.print("step 0 excluded: a measured run's first step pays one-off warm-up")
     prog = LazyProgress(console, "replaying", enabled=not args.no_progress)
     try:
-        rep = replay(trace, cost_model_for(plan.experiment, profile))
+        rep = replay(trace, cost_model_for(plan.experiment, profile), warmup=warmup)
         rows = what_if(trace, rep, lambda e: cost_model_for(e, profile), sizes=sizes,
                        modes=modes, cluster=cluster, progress=prog)
     finally:
