@@ -21,11 +21,11 @@ term follows the Python part:
                      time is the framework's per-op work (Python, dispatch, small GEMMs far
                      from the large-matmul rate), so they move with the interpreter, not
                      with what vector units do for large matmuls
-Measured across two CPU kinds (`bench/fidelity.py` on an Intel Xeon with the shipped
-profile): the Xeon ran the matmul part 0.63x and the Python part 1.03x the EPYC that made
-the shipped profile, while its tables (a fresh `yatt profile --quick` of the same models)
-ran 0.99x (train) to 1.1-1.2x (decode) and the executor's colocate steps were within 2-6%
-of the profile as is; the matmul part is kept and printed as a diagnostic. A profile that
+Measured across two CPU kinds (`bench/fidelity.py`, docs/fidelity.md): a profile made on an
+AMD EPYC, run on an Intel Xeon, found the Xeon's matmul part 0.63x and Python part 1.03x
+while its tables ran 0.99-1.2x, so the tables follow the Python part there; the reverse pair
+(a Xeon profile on an EPYC) ran the tables ~1.3x at a Python part of 1.0x and a matmul part
+of 1.57x, between the two. The matmul part is kept and printed as a diagnostic. A profile that
 recorded only the whole probe (`host_probe_s`, older files) rescales every term by its one
 ratio. Contention ratios and stop lengths are ratios and counts: unchanged.
 Pure: the measuring lives in `yatt.profiling.hostcheck`.
@@ -41,8 +41,8 @@ from .costmodel import Efficiency
 from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
 
 # A ratio outside [1 / HOST_RATIO_BAND, HOST_RATIO_BAND] says the profile was made on a
-# different host (or one far busier): the profiling host drifted 0.91-1.07x between its
-# own runs (bench/results/fidelity.json `host_ratios`), so 1.18x (0.85x) is beyond that
+# different host (or one far busier): a profiling host drifted 0.91-1.07x between its
+# own runs (docs/fidelity.md, 2026-12-05), so 1.18x (0.85x) is beyond that
 # with margin, while the 11-15% of another machine of the same kind stays a rescale.
 HOST_RATIO_BAND = 1.18
 
