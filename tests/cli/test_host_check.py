@@ -96,6 +96,28 @@ def test_skips_are_one_line_each(monkeypatch):
     assert got.profile is prof and len(got.lines) == 1 and "needs torch" in got.lines[0]
 
 
+def test_recorded_probe_rescales_only_what_the_host_check_would(monkeypatch):
+    """`check_recorded` refuses what `check_host` skips (no probe in the profile, a GPU
+    profile, no tables, off, nothing recorded) and names the run's host in the source."""
+    from yatt.planner.hostscale import HostProbe
+    from yatt.profiling.hostcheck import check_recorded
+
+    prof = load_profile(SHIPPED)
+    t = prof.tables
+    probe = HostProbe(python_s=t.host_probe_python_s * 1.3, matmul_s=t.host_probe_matmul_s)
+    no_probe = dataclasses.replace(prof, tables=dataclasses.replace(t, host_probe_s=0.0))
+    gpu = dataclasses.replace(prof, tables=dataclasses.replace(t, device="cuda"))
+    eff = dataclasses.replace(prof, tables=None)
+    for p in (no_probe, gpu, eff, None):
+        assert check_recorded(p, probe) is None
+    assert check_recorded(prof, None) is None
+    assert check_recorded(prof, probe, enabled=False) is None
+    got = check_recorded(prof, probe)
+    assert got.where == "the run's host" and got.probe == probe
+    assert got.profile.source.endswith(got.note) and "rescaled to the run's host" in got.note
+    assert got.profile.tables.rpc_s == pytest.approx(t.rpc_s * got.ratios.interpreter, abs=1e-6)
+
+
 def _tiny_trace(path: Path) -> Path:
     sys.path.insert(0, str(ROOT / "tests" / "planner"))
     from _trace_helpers import synthetic_trace

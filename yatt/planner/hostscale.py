@@ -137,9 +137,11 @@ def _model(m: ModelTables, r: HostRatios) -> ModelTables:
         sync=_rows(m.sync, r.interpreter))
 
 
-def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe) -> Profile:
+def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe,
+                    where: str = "this host") -> Profile:
     """`profile` with its measured seconds times the ratio of their kind, and `now` as its
-    recorded probe (rescaling the result again by a probe equal to `now` changes nothing)."""
+    recorded probe (rescaling the result again by a probe equal to `now` changes nothing);
+    `where` names the host `now` was timed on in the profile's source line."""
     t = profile.tables
     if t is None:
         return profile
@@ -155,7 +157,7 @@ def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe) -> Profile:
                               switch_overhead_s=e.switch_overhead_s * r.interpreter,
                               sync_overhead_s=e.sync_overhead_s * r.interpreter)
     return dataclasses.replace(profile, tables=tables, efficiency=eff,
-                               source=f"{profile.source}; {ratio_text(r)}")
+                               source=f"{profile.source}; {ratio_text(r, where)}")
 
 
 def ratio_text(r: HostRatios, where: str = "this host") -> str:

@@ -83,6 +83,16 @@ def _skip(profile: Optional[Profile], line: str) -> HostCheck:
     return HostCheck(profile, (line,))
 
 
+def _not_rescalable(profile: Profile) -> Optional[str]:
+    """Why a profile with tables cannot be rescaled by a CPU probe (None: it can)."""
+    t = profile.tables
+    if t.device != "cpu":
+        return f"a {t.device} profile; the probe times this host's CPU"
+    if t.host_probe_s <= 0:
+        return "the profile recorded no host probe; `yatt profile` records one"
+    return None
+
+
 def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
                seconds: float = CHECK_S) -> HostCheck:
     """Probe this host and rescale `profile` to it (see the module docstring). `config`
@@ -93,22 +103,18 @@ def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
         return HostCheck(profile)
     if not enabled:
         return _skip(profile, "host check: off; the profile's times as measured")
-    t = profile.tables
-    if t.device != "cpu":
-        return _skip(profile, f"host check: skipped (a {t.device} profile; the probe "
-                              "times this host's CPU)")
-    if t.host_probe_s <= 0:
-        return _skip(profile, "host check: skipped (the profile recorded no host probe;"
-                              " `yatt profile` records one)")
+    why = _not_rescalable(profile)
+    if why:
+        return _skip(profile, f"host check: skipped ({why})")
     now = measure(seconds)
     if now is None:
         return _skip(profile, "host check: skipped (needs torch, the exec install); the "
                               "profile's times as measured")
-    r = host_ratios(t, now)
+    r = host_ratios(profile.tables, now)
     if r is None:
         return _skip(profile, "host check: skipped (the probe timed nothing)")
     lines = [host_line(r)]
-    stale = stale_line(r, config, t.device)
+    stale = stale_line(r, config, profile.tables.device)
     if stale:
         lines.append(stale)
     return HostCheck(rescale_profile(profile, r, now), tuple(lines), r, now)
@@ -121,13 +127,13 @@ def check_recorded(profile: Optional[Profile], recorded: Optional[HostProbe], *,
     probe in the profile), so the caller falls back to `check_host`."""
     if not enabled or recorded is None or profile is None or profile.tables is None:
         return None
-    t = profile.tables
-    if t.device != "cpu" or t.host_probe_s <= 0:
+    if _not_rescalable(profile):
         return None
-    r = host_ratios(t, recorded)
+    r = host_ratios(profile.tables, recorded)
     if r is None:
         return None
+    where = "the run's host"
     line = (f"host check: the trace's run timed the profile's probe in {r.whole:.2f}x its "
             f"profile-time seconds; the profile is rescaled to that run's host "
             f"(interpreter x{r.interpreter:.2f}), not timed here")
-    return HostCheck(rescale_profile(profile, r, recorded), (line,), r, recorded, "the run's host")
+    return HostCheck(rescale_profile(profile, r, recorded, where), (line,), r, recorded, where)
