@@ -16,7 +16,9 @@ simulator, runs it on the real executor (`run_plan`, Ray + Megatron + vLLM) for
 Step 0 is EXCLUDED from both sides: it pays one-off process warm-up (first vLLM forward,
 first HF/Megatron pass, lazy imports in workers: 10-16 s more than later steps here), which
 the simulator does not model; run start-up (Ray, actors, first engine start) is outside the
-steps anyway. Step time is first span start to last span end of a step (Trace.step_times;
+steps anyway. The steps right after it still warm up (full colocate: step 1 above the mean
+of steps 2-3 in every case measured), so each run takes `STEADY_STEPS` (8) steps by default
+and the median over steps 1-7 is a steady step. Step time is first span start to last span end of a step (Trace.step_times;
 async, `--modes ...,async`: from the previous train end to the step's, step 0 being the
 pipeline's fill on both sides); a case's step time is the MEDIAN over steps 1..N-1 on both sides (the box is shared: another
 tenant's burst can triple one step); the mean-based error is reported too (`mean_err`).
@@ -63,7 +65,7 @@ fidelity-tp2.json: `--only short --modes colocate --engine-tp 2`).
 `--save-traces DIR` copies the measured traces of `--save-cases` (default short/partial and
 longtail/colocate) to DIR/measured-WORKLOAD-MODE.jsonl.gz with a provenance sidecar
 (.provenance.json: the bench command, the plan and its YAML, host, git commit, date).
-Usage: .venv/bin/python bench/fidelity.py [--steps 4] [--only short,wide] [--profile P]
+Usage: .venv/bin/python bench/fidelity.py [--steps 8] [--only short,wide] [--profile P]
                                          [--niceness 0] [--reuse] [--contention profile]
                                          [--engine-tp 1] [--quick-profile make|none|PATH]
                                          [--save-traces traces]
@@ -87,7 +89,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from _results import host_description, write_result  # noqa: E402  (bench/ is on sys.path)
-from yatt.planner.explain import CLOSE_CALL  # noqa: E402
+from yatt.planner.explain import CLOSE_CALL, STEADY_STEPS  # noqa: E402
+
 WORKLOADS = ("short", "longtail", "wide")
 PROBE_S = 4.0  # host probe before and after each run
 OUT = ROOT / "bench" / "results"
@@ -539,7 +542,9 @@ def save_traces(cases: list, dest: Path, chosen: list, command: str) -> list:
 
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--steps", type=int, default=4, help="steps per run (step 0 excluded)")
+    ap.add_argument("--steps", type=int, default=STEADY_STEPS,
+                    help="steps per run (step 0 excluded; fewer than the default read the warm-up "
+                         "of the steps after step 0 as model error)")
     ap.add_argument("--only", default=",".join(WORKLOADS))
     ap.add_argument("--modes", default="colocate,partial")
     ap.add_argument("--profile", default=str(ROOT / "configs" / "profiles" / "cpu-local.yaml"))

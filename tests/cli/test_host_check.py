@@ -191,8 +191,29 @@ def test_run_report_says_the_prediction_was_rescaled(tmp_path):
     fidelity_report(con, trace, cost, "rescaled to this host: probe x0.90")
     text = con.export_text()
     line = next(x for x in text.splitlines() if x.startswith("fidelity: predicted"))
-    assert line.endswith("; profile rescaled to this host: probe x0.90")
+    assert "; profile rescaled to this host: probe x0.90" in line
     assert "mean; profile rescaled to this host: probe x0.90)" in text
     con = Console(record=True, width=200)
     fidelity_report(con, trace, cost)
     assert "rescaled" not in con.export_text()
+
+
+def test_run_report_says_when_too_few_steps_to_be_steady(tmp_path):
+    """A run shorter than STEADY_STEPS compares steps that still warm up: the line says so
+    and how many steps compare steady ones; a run that long gets no such words."""
+    from rich.console import Console
+
+    from yatt.cli.run import fidelity_report
+    from yatt.planner.costmodel import AnalyticCostModel
+    from yatt.planner.explain import STEADY_STEPS
+
+    sys.path.insert(0, str(ROOT / "tests" / "planner"))
+    from _trace_helpers import synthetic_trace
+
+    for steps, hint in ((2, True), (STEADY_STEPS - 1, True), (STEADY_STEPS, False)):
+        trace = synthetic_trace(steps=steps)
+        con = Console(record=True, width=300)
+        fidelity_report(con, trace, AnalyticCostModel.for_experiment(trace.meta.plan.experiment))
+        line = next(x for x in con.export_text().splitlines() if x.startswith("fidelity: predicted"))
+        assert line.endswith(f"; {steps} steps: the first ones still warm up, --steps "
+                             f"{STEADY_STEPS} or more compares steady steps") is hint, line

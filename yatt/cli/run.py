@@ -40,6 +40,7 @@ def fidelity_report(console: Console, trace, cost, note: str = "") -> None:
     """Predicted (simulator, replaying the measured lengths) vs measured, per phase.
     `note`: how the host check rescaled the profile behind `cost` (said with the numbers)."""
     from yatt.core.trace import Trace
+    from yatt.planner.explain import STEADY_STEPS
     from yatt.planner.replay import replay
 
     # Step 0 pays one-off process warm-up the simulator does not model (docs/fidelity.md);
@@ -50,10 +51,13 @@ def fidelity_report(console: Console, trace, cost, note: str = "") -> None:
                       tuple(s for s in trace.spans if s.step >= skip))
     rep = replay(trace, cost)
     console.print(phase_table(rep, note))
+    steps = len({s.step for s in trace.samples}) + skip
+    few = (f"; {steps} steps: the first ones still warm up, --steps {STEADY_STEPS} or more "
+           "compares steady steps" if steps < STEADY_STEPS else "")
     console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
                   f"{rep.recorded_stats.step_time_mean:.2f} s/step ({rep.step_error * 100:+.1f}%)"
                   + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else "")
-                  + (f"; profile {note}" if note else ""), markup=False, highlight=False)
+                  + (f"; profile {note}" if note else "") + few, markup=False, highlight=False)
 
 
 def _check_flags(args: argparse.Namespace) -> None:

@@ -127,6 +127,12 @@ def why_winner(best, other, best_trace: Trace, other_trace: Trace,
 # with the host rescale); modes closer than this are not told apart by a prediction.
 CLOSE_CALL = 0.10
 
+# Steps a measured run needs for its step time to be a steady one: on the CPU executor the
+# steps right after step 0 still warm up (in full colocate step 1 ran 1.03-1.40x the mean of
+# steps 2-3 in every case of the fidelity benches, docs/fidelity.md), so a comparison over
+# fewer steps reads that warm-up as model error.
+STEADY_STEPS = 8
+
 
 def close_call(bests: list) -> str:
     """One line when the best plans of the two leading modes (candidates with `.plan` and
@@ -141,7 +147,7 @@ def close_call(bests: list) -> str:
     return (f"close call: {a.plan.mode.value} and {b.plan.mode.value} are {gap * 100:.1f}% apart, "
             f"inside the {CLOSE_CALL * 100:.0f}% the cost model is held to before a run "
             f"(docs/fidelity.md); measure both, e.g. `yatt run CONFIG --mode {b.plan.mode.value} "
-            "--steps 5`, whose predicted-vs-measured line shows which holds here.")
+            f"--steps {STEADY_STEPS}`, whose predicted-vs-measured line shows which holds here.")
 
 
 def _mode(plan: Plan) -> str:
