@@ -18,7 +18,8 @@ first HF/Megatron pass, lazy imports in workers: 10-16 s more than later steps h
 the simulator does not model; run start-up (Ray, actors, first engine start) is outside the
 steps anyway. The steps right after it still warm up (full colocate: step 1 above the mean
 of steps 2-3 in every case measured), so each run takes `STEADY_STEPS` (8) steps by default
-and the median over steps 1-7 is a steady step. Step time is first span start to last span end of a step (Trace.step_times;
+and the median over steps 1-7 is a steady step.
+Step time is first span start to last span end of a step (Trace.step_times;
 async, `--modes ...,async`: from the previous train end to the step's, step 0 being the
 pipeline's fill on both sides); a case's step time is the MEDIAN over steps 1..N-1 on both sides (the box is shared: another
 tenant's burst can triple one step); the mean-based error is reported too (`mean_err`).

@@ -45,13 +45,13 @@ def fidelity_report(console: Console, trace, cost, note: str = "") -> None:
 
     # Step 0 pays one-off process warm-up the simulator does not model (docs/fidelity.md);
     # it is left out whenever a later step exists.
-    skip = 1 if len({s.step for s in trace.samples}) > 1 else 0
+    steps = len({s.step for s in trace.samples})
+    skip = 1 if steps > 1 else 0
     if skip:
         trace = Trace(trace.meta, tuple(s for s in trace.samples if s.step >= skip),
                       tuple(s for s in trace.spans if s.step >= skip))
     rep = replay(trace, cost)
     console.print(phase_table(rep, note))
-    steps = len({s.step for s in trace.samples}) + skip
     few = (f"; {steps} steps: the first ones still warm up, --steps {STEADY_STEPS} or more "
            "compares steady steps" if steps < STEADY_STEPS else "")
     console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
