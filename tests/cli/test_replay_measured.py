@@ -62,3 +62,19 @@ def test_replay_of_a_measured_trace(name, request, tmp_path, capsys):
     assert side["trace"] == name and side["source"] == "measured"
     assert side["plan"] == trace.meta.plan.describe()
     assert side["steps"] == trace.meta.steps and len(side["git_commit"]) == 40
+
+
+@pytest.mark.skipif(not MEASURED, reason="no measured trace committed")
+def test_replay_without_profile_uses_the_shipped_one_for_the_traces_device(tmp_path, capsys):
+    """A CPU trace replayed without --profile gets the profile shipped for its device kind,
+    as `yatt plan` and `yatt run` do: the same table as naming that profile."""
+    path = MEASURED[0]
+    tables = []
+    for extra in ([], ["--profile", str(SHIPPED)]):
+        out = tmp_path / f"o{len(extra)}"
+        assert main(["replay", str(path), *extra, "--no-host-check", "--out", str(out),
+                     "--no-progress"]) == 0
+        text = capsys.readouterr().out
+        assert "cost model: profile" in text and "cpu-local.yaml" in text
+        tables.append((out / "scaling.csv").read_text())
+    assert tables[0] == tables[1]

@@ -21,7 +21,7 @@ from yatt.core.specs import ClusterSpec
 from yatt.core.trace import Trace
 
 from .common import (LazyProgress, add_host_check_flag, check_not_inputs, check_out_dir,
-                     host_check_on, host_checked, phase_table, plot_text, profile_arg, shown,
+                     host_check_on, host_checked, phase_table, plot_text, profile_or_shipped, shown,
                      wide_console)
 
 OUTPUTS = ("replay_timeline.json", "replay_timeline.png", "scaling.csv", "scaling.png",
@@ -42,7 +42,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="mode(s) of the what-if placements (default: best = both)")
     p.add_argument("--gpus", default=None,
                    help="comma-separated cluster sizes (default: the recorded size and twice it)")
-    p.add_argument("--profile", default=None, help="profile.yaml from `yatt calibrate`/`yatt profile`")
+    p.add_argument("--profile", default=None, help="profile.yaml from `yatt calibrate`/`yatt profile` "
+                   "(default: the profile shipped for the trace's device kind, if any)")
     add_host_check_flag(p)
     p.add_argument("--out", default="out/replay", help="output directory (default: out/replay)")
     p.add_argument("--parquet", action="store_true", help="also export samples/spans as Parquet "
@@ -174,7 +175,8 @@ def run_replay_command(args: argparse.Namespace) -> int:
         sample_steps(trace)
     except InputError as e:
         raise e.within(file=args.trace) from None
-    profile = profile_arg(args.profile)
+    # the recorded run's device kind picks the shipped profile, as `yatt plan` and `yatt run` do
+    profile = profile_or_shipped(args, trace.meta.plan.experiment)
     cluster = load_cluster(args.cluster) if args.cluster else None
     sizes = parse_sizes(args.gpus, cluster or trace.meta.plan.cluster)
     modes = MODES[args.mode]
