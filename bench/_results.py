@@ -371,7 +371,9 @@ def _vs_trl(d: dict) -> list[str]:
         out += _table(["per step, small job", "s"], phases)
     out += [f"- {s}" for s in d.get("statements", [])] + [""]
     for key, title in (("genrm", "GenRM job"),
-                       ("genrm_long", "GenRM long job (random-init actor, long-tailed responses)")):
+                       ("genrm_long", "GenRM long job (random-init actor, long-tailed responses)"),
+                       ("genrm_large", "GenRM large job (random-init 7M actor, 10M GenRM, "
+                                       "long-tailed responses)")):
         g = d.get(key)
         if g:
             out += _genrm_job(g, title)

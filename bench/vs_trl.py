@@ -1,7 +1,8 @@
 """Side-by-side speed: yatt's executor vs TRL's GRPOTrainer, on the rule jobs and a GenRM job.
 
-    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm|genrm-long] [--steps 10]
-                                     [--genrm-steps 20] [--long-steps 8]
+    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm|genrm-long|genrm-large]
+                                     [--steps 10] [--genrm-steps 20] [--long-steps 8]
+                                     [--large-steps 6]
                                      [--venv /tmp/yatt-trl-venv] [--no-large]
 
 TRL runs in its own venv (made here if missing: torch==2.13.0 + trl; TRL never enters
@@ -39,6 +40,15 @@ until the longest ends and TRL's loss pads every row to it, while yatt's engines
 finished rows and its trainer packs length-sorted micro-batches. Same settings as the
 GenRM job, 8 steps. An untrained actor scores ~0 on both sides: this job measures speed,
 the GenRM job learning.
+
+GenRM large job (under "genrm_large"; `--job genrm-large`): the long job's workload at a
+size where compute sets the step rather than per-call framework work:
+`bench/configs/genrm-large.yaml`, a random-init 4-layer actor (hidden 384, ~7M parameters)
+judged by the 6-layer fidelity GenRM (~10M). The same two-thread match, 6 steps (about
+20 s a yatt step here), at lr 1e-9: with random weights a policy's updates move its
+response lengths (at 3e-5 yatt's grew from 53 to 84 tokens in 6 steps while TRL's stayed
+near 52), so both sides are held at their initial weights to sample the same lengths;
+every pass and the optimiser step still run.
 
 Steady state is wall clock between step starts (steps 2..N for yatt, so it includes the
 supervisor's per-step trainer snapshot; step ends 1..N for TRL), not the sum of phases.
@@ -174,6 +184,7 @@ def rule_experiment(job: dict, lr: float, beta: float):
 
 GENRM_CONFIG = ROOT / "configs" / "demo-learn.yaml"
 LONG_CONFIG = ROOT / "bench" / "configs" / "genrm-long.yaml"
+LARGE_CONFIG = ROOT / "bench" / "configs" / "genrm-large.yaml"
 
 
 def genrm_experiment(lr: float, beta: float, config: Path = GENRM_CONFIG):
@@ -406,7 +417,9 @@ def main() -> int:
     ap.add_argument("--steps", type=int, default=10, help="steps of the rule jobs")
     ap.add_argument("--genrm-steps", type=int, default=20, help="steps of the GenRM job")
     ap.add_argument("--long-steps", type=int, default=8, help="steps of the GenRM long job")
-    ap.add_argument("--job", choices=("all", "rule", "genrm", "genrm-long"), default="all",
+    ap.add_argument("--large-steps", type=int, default=6, help="steps of the GenRM large job")
+    ap.add_argument("--job", choices=("all", "rule", "genrm", "genrm-long", "genrm-large"),
+                    default="all",
                     help="which jobs to run; the others keep their last result in the JSON")
     ap.add_argument("--venv", default="/tmp/yatt-trl-venv")
     ap.add_argument("--trl-vllm-venv", default="/tmp/yatt-trl-vllm-venv",
@@ -414,9 +427,9 @@ def main() -> int:
     ap.add_argument("--no-large", action="store_true", help="only the original rule job")
     ap.add_argument("--result", default=str(ROOT / "bench" / "results" / "vs_trl.json"))
     a = ap.parse_args()
-    if min(a.steps, a.genrm_steps, a.long_steps) < 6:
-        raise SystemExit("--steps, --genrm-steps, --long-steps: allowed >= 6 (steady state needs steps "
-                         "2..N, accuracy the first and last 5)")
+    if min(a.steps, a.genrm_steps, a.long_steps, a.large_steps) < 6:
+        raise SystemExit("--steps, --genrm-steps, --long-steps, --large-steps: allowed >= 6 "
+                         "(steady state needs steps 2..N, accuracy the first and last 5)")
     py = ensure_trl_venv(Path(a.venv))
     path = Path(a.result)
     res = json.loads(path.read_text()) if path.exists() and a.job != "all" else {}
@@ -435,6 +448,11 @@ def main() -> int:
     if a.job in ("all", "genrm-long"):
         res["genrm_long"] = compare_genrm(py, a.long_steps, 3e-5, 0.05, Path(a.trl_vllm_venv),
                                           LONG_CONFIG)
+    if a.job in ("all", "genrm-large"):
+        # lr 1e-9: both policies stay at their initial weights, so both sides sample the same
+        # response lengths every step (equal work); every pass and the Adam update still run
+        res["genrm_large"] = compare_genrm(py, a.large_steps, 1e-9, 0.05,
+                                           Path(a.trl_vllm_venv), LARGE_CONFIG)
     res["targets"] = {"genrm_ratio": 2.0, "rule_ratio": 1.0, "startup_ratio_max": 2.0}
     res.pop("target_ratio", None)
     res["machine"] = (f"{os.cpu_count()} shared cores, CPU only. Rule jobs: one compute thread "
@@ -450,6 +468,9 @@ def main() -> int:
     if "genrm_long" in res:
         parts.append(f"GenRM long {res['genrm_long']['ratio']}x "
                      f"({res['genrm_long']['chosen_mode']})")
+    if "genrm_large" in res:
+        parts.append(f"GenRM large {res['genrm_large']['ratio']}x "
+                     f"({res['genrm_large']['chosen_mode']})")
     print(f"vs_trl: yatt/TRL steady samples/s: {'; '.join(parts)} -> {a.result}")
     return 0
 
