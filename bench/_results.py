@@ -373,7 +373,8 @@ def _vs_trl(d: dict) -> list[str]:
     for key, title in (("genrm", "GenRM job"),
                        ("genrm_long", "GenRM long job (random-init actor, long-tailed responses)"),
                        ("genrm_large", "GenRM large job (random-init 7M actor, 10M GenRM, "
-                                       "long-tailed responses)")):
+                                       "long-tailed responses)"),
+                       ("genrm_large_256", "GenRM large job, 256-token budget")):
         g = d.get(key)
         if g:
             out += _genrm_job(g, title)

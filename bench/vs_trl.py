@@ -1,6 +1,7 @@
 """Side-by-side speed: yatt's executor vs TRL's GRPOTrainer, on the rule jobs and a GenRM job.
 
-    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm|genrm-long|genrm-large]
+    .venv/bin/python bench/vs_trl.py [--job all|rule|genrm|genrm-long|genrm-large|
+                                            genrm-large-256]
                                      [--steps 10] [--genrm-steps 20] [--long-steps 8]
                                      [--large-steps 6]
                                      [--venv /tmp/yatt-trl-venv] [--no-large]
@@ -48,7 +49,9 @@ judged by the 6-layer fidelity GenRM (~10M). The same two-thread match, 6 steps 
 20 s a yatt step here), at lr 1e-9: with random weights a policy's updates move its
 response lengths (at 3e-5 yatt's grew from 53 to 84 tokens in 6 steps while TRL's stayed
 near 52), so both sides are held at their initial weights to sample the same lengths;
-every pass and the optimiser step still run.
+every pass and the optimiser step still run. `--job genrm-large-256` runs the same job
+with a 256-token budget (under "genrm_large_256"): the same lengths' distribution with a
+longer tail, as a reasoning task's budget sits far above its typical response.
 
 Steady state is wall clock between step starts (steps 2..N for yatt, so it includes the
 supervisor's per-step trainer snapshot; step ends 1..N for TRL), not the sum of phases.
@@ -187,12 +190,19 @@ LONG_CONFIG = ROOT / "bench" / "configs" / "genrm-long.yaml"
 LARGE_CONFIG = ROOT / "bench" / "configs" / "genrm-large.yaml"
 
 
-def genrm_experiment(lr: float, beta: float, config: Path = GENRM_CONFIG):
+def genrm_experiment(lr: float, beta: float, config: Path = GENRM_CONFIG,
+                     budget: int | None = None):
     """A GenRM job: `config` as shipped (two single-thread devices, the trained demo GenRM
-    judging), with the shared optimiser settings."""
+    judging), with the shared optimiser settings; `budget` replaces its response token
+    budget."""
     from yatt.core.config import load_experiment
 
-    return _shared_settings(load_experiment(config), lr, beta)
+    exp = _shared_settings(load_experiment(config), lr, beta)
+    if budget is None:
+        return exp
+    w = exp.workload
+    return dataclasses.replace(exp, workload=dataclasses.replace(
+        w, response_len=dataclasses.replace(w.response_len, value=budget)))
 
 
 def job_of(exp) -> dict:
@@ -326,10 +336,10 @@ def mean_of(xs: list, last: bool, n: int = 5) -> float:
 
 
 def compare_genrm(py: Path, steps: int, lr: float, beta: float, trl_vllm_venv: Path,
-                  config: Path = GENRM_CONFIG) -> dict:
+                  config: Path = GENRM_CONFIG, budget: int | None = None) -> dict:
     """A GenRM job: yatt on two single-thread devices (the plan it picks, then the other
     mode forced) against TRL with two torch threads judging with HF generate."""
-    exp = genrm_experiment(lr, beta, config)
+    exp = genrm_experiment(lr, beta, config, budget)
     job = job_of(exp)
     model, rows = trl_rows(exp, steps)
     (chosen, predicted), (forced, predicted_forced) = planned(exp)
@@ -418,8 +428,8 @@ def main() -> int:
     ap.add_argument("--genrm-steps", type=int, default=20, help="steps of the GenRM job")
     ap.add_argument("--long-steps", type=int, default=8, help="steps of the GenRM long job")
     ap.add_argument("--large-steps", type=int, default=6, help="steps of the GenRM large job")
-    ap.add_argument("--job", choices=("all", "rule", "genrm", "genrm-long", "genrm-large"),
-                    default="all",
+    ap.add_argument("--job", choices=("all", "rule", "genrm", "genrm-long", "genrm-large",
+                                       "genrm-large-256"), default="all",
                     help="which jobs to run; the others keep their last result in the JSON")
     ap.add_argument("--venv", default="/tmp/yatt-trl-venv")
     ap.add_argument("--trl-vllm-venv", default="/tmp/yatt-trl-vllm-venv",
@@ -453,6 +463,9 @@ def main() -> int:
         # response lengths every step (equal work); every pass and the Adam update still run
         res["genrm_large"] = compare_genrm(py, a.large_steps, 1e-9, 0.05,
                                            Path(a.trl_vllm_venv), LARGE_CONFIG)
+    if a.job in ("all", "genrm-large-256"):
+        res["genrm_large_256"] = compare_genrm(py, a.large_steps, 1e-9, 0.05,
+                                               Path(a.trl_vllm_venv), LARGE_CONFIG, budget=256)
     res["targets"] = {"genrm_ratio": 2.0, "rule_ratio": 1.0, "startup_ratio_max": 2.0}
     res.pop("target_ratio", None)
     res["machine"] = (f"{os.cpu_count()} shared cores, CPU only. Rule jobs: one compute thread "
@@ -468,9 +481,9 @@ def main() -> int:
     if "genrm_long" in res:
         parts.append(f"GenRM long {res['genrm_long']['ratio']}x "
                      f"({res['genrm_long']['chosen_mode']})")
-    if "genrm_large" in res:
-        parts.append(f"GenRM large {res['genrm_large']['ratio']}x "
-                     f"({res['genrm_large']['chosen_mode']})")
+    for key, name in (("genrm_large", "GenRM large"), ("genrm_large_256", "GenRM large, 256")):
+        if key in res:
+            parts.append(f"{name} {res[key]['ratio']}x ({res[key]['chosen_mode']})")
     print(f"vs_trl: yatt/TRL steady samples/s: {'; '.join(parts)} -> {a.result}")
     return 0
 
