@@ -217,3 +217,4 @@ def test_run_report_says_when_too_few_steps_to_be_steady(tmp_path):
         line = next(x for x in con.export_text().splitlines() if x.startswith("fidelity: predicted"))
         assert line.endswith(f"; {steps} steps: the first ones still warm up, --steps "
                              f"{STEADY_STEPS} or more compares steady steps") is hint, line
+        assert "; median step " in line, line

@@ -86,3 +86,27 @@ def test_parquet_export_or_clean_skip(tmp_path, trace):
         assert out and all(p.exists() for p in out)
     else:
         assert out is None and not list(tmp_path.iterdir())
+
+
+def test_median_steps_is_the_median_of_each_sides_step_times():
+    """The longest step slowed 10x on the recorded side moves the mean step time, not the
+    median (the steps keep their order, so the middle one is the same step)."""
+    import statistics
+
+    base = synthetic_trace(steps=5)
+    before = base.step_times()
+    slow = max(before, key=before.get)
+    t0 = min(s.start_s for s in base.spans if s.step == slow)
+    spans = tuple(dataclasses.replace(s, end_s=t0 + (s.end_s - t0) * 10) if s.step == slow else s
+                  for s in base.spans)
+    recorded = Trace(base.meta, base.samples, spans)
+    rep = replay(recorded, _cost(recorded.meta.plan.experiment))
+    times = recorded.step_times()
+    want = statistics.median(times[k] for k in rep.steps)
+    measured, predicted = rep.median_steps()
+    assert measured == want
+    assert predicted == statistics.median(rep.predicted.step_times()[k] for k in rep.steps)
+    # same cost model and lengths: every step predicts as simulated, so the medians agree
+    # (to float rounding of the span arithmetic) while the means differ by the slowed step
+    assert predicted == pytest.approx(measured, rel=1e-9)
+    assert rep.step_error > 0.5 or rep.step_error < -0.5

@@ -54,9 +54,12 @@ def fidelity_report(console: Console, trace, cost, note: str = "") -> None:
     console.print(phase_table(rep, note))
     few = (f"; {steps} steps: the first ones still warm up, --steps {STEADY_STEPS} or more "
            "compares steady steps" if steps < STEADY_STEPS else "")
+    measured, predicted = rep.median_steps()
     console.print(f"fidelity: predicted {rep.predicted_stats.step_time_mean:.2f} s/step vs measured "
                   f"{rep.recorded_stats.step_time_mean:.2f} s/step ({rep.step_error * 100:+.1f}%)"
                   + (" over steps >= 1 (step 0: warm-up, excluded)" if skip else "")
+                  + (f"; median step {predicted:.2f} vs {measured:.2f} s "
+                     f"({(predicted - measured) / measured * 100:+.1f}%)" if measured > 0 else "")
                   + (f"; profile {note}" if note else "") + few, markup=False, highlight=False)
 
 

@@ -13,6 +13,7 @@ depends only on its own samples, so steps can also be replayed in subsets.
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -101,6 +102,15 @@ class Replay:
     def step_error(self) -> float:
         a, b = self.recorded_stats.step_time_mean, self.predicted_stats.step_time_mean
         return (b - a) / a if a > 0 else float("nan")
+
+    def median_steps(self) -> tuple[float, float]:
+        """(recorded, predicted) median step time over the replayed steps: one step that
+        another tenant of a shared host slowed moves the mean, not the median."""
+        def med(t: Trace) -> float:
+            times = t.step_times()
+            xs = [times[k] for k in self.steps if k in times]
+            return statistics.median(xs) if xs else float("nan")
+        return med(self.recorded), med(self.predicted)
 
     def phases(self) -> list[PhaseRow]:
         return phase_rows(self.recorded, self.predicted, self.steps)
