@@ -241,3 +241,23 @@ def test_plan_and_run_predict_with_the_same_shipped_profile(tmp_path, capsys):
     assert r.best.plan.describe() == with_flag.best.plan.describe()
     assert r.best.mean == with_flag.best.mean
     assert r.cost_label == with_flag.cost_label == f"profile {shipped}"
+
+
+def test_plan_names_the_models_its_profile_did_not_measure(tmp_path, capsys):
+    """A CPU config whose actor the shipped profile never measured (another shape) says so
+    in one line with the `yatt profile` command; the profiled demo says nothing of gaps."""
+    root = Path(__file__).resolve().parents[2] / "configs"
+    cfg = tmp_path / "mine.yaml"
+    cfg.write_text((root / "demo-cpu.yaml").read_text()
+                   .replace("cluster/", f"{root}/cluster/").replace("workload/", f"{root}/workload/")
+                   .replace("genrm: model/", f"genrm: {root}/model/")
+                   .replace("actor: model/tiny-actor.yaml",
+                            "actor: {name: my-actor, layers: 3, hidden: 128, intermediate: 384, "
+                            "heads: 4, kv_heads: 2, vocab: 64, tied_embeddings: true, dtype_bytes: 4}"))
+    args = ["--no-host-check", "--no-progress", "--top", "1"]
+    assert main(["plan", str(cfg), "--out", str(tmp_path / "a"), *args]) == 0
+    gaps = [x for x in capsys.readouterr().out.splitlines() if x.startswith("profile gaps:")]
+    assert len(gaps) == 1 and "my-actor: every table" in gaps[0]
+    assert f"yatt profile {cfg} --device cpu --quick -o profile.yaml" in gaps[0]
+    assert main(["plan", str(root / "demo-cpu.yaml"), "--out", str(tmp_path / "b"), *args]) == 0
+    assert "profile gaps" not in capsys.readouterr().out

@@ -522,3 +522,52 @@ def test_engine_restart_never_shrinks_with_a_larger_cache(exp):
              .reload_time(exp.genrm, Role.GENRM, par, T) for k in (10, 500, 5000)]
     assert times[0] == pytest.approx(times[1]) == pytest.approx(times[2])
     assert 1.0 <= times[0] <= 1.2
+
+
+def test_a_model_of_a_measured_shape_takes_its_timing_tables_not_its_stop_lengths(exp):
+    """A renamed model of the measured shape (the user's own weights, say) is priced by the
+    measured tables, exactly as the measured one; its stop lengths are not borrowed (they
+    follow the weights); another shape keeps the analytic model."""
+    from yatt.planner.coverage import missing_terms
+
+    a = exp.actor
+    t = _tables()
+    measured = dataclasses.replace(t.models["tiny-actor"], shape=a.shape_key, stop_len=(3, 5, 9),
+                                   stop_cap=16)
+    prof = Profile(tables=dataclasses.replace(t, models={**t.models, "tiny-actor": measured}))
+    mine = dataclasses.replace(a, name="my-actor", hf_path="elsewhere")
+    wider = dataclasses.replace(a, name="my-wide-actor", hidden=a.hidden * 2)
+    assert mine.shape_key == a.shape_key and wider.shape_key != a.shape_key
+    own, renamed, other = (cost_model_for(dataclasses.replace(exp, actor=m), prof)
+                           for m in (a, mine, wider))
+    lens, par = [32] * 6, Parallel(1, 1, 1)
+    assert renamed.train_time(mine, lens, par) == own.train_time(a, lens, par)
+    assert renamed.logprob_time(mine, lens, par) == own.logprob_time(a, lens, par)
+    assert renamed.decode_time(mine, 1, 7, 140.0, 13) == own.decode_time(a, 1, 7, 140.0, 13)
+    ana = AnalyticCostModel.for_experiment(dataclasses.replace(exp, actor=wider), prof.efficiency)
+    assert other.train_time(wider, lens, par) == ana.train_time(wider, lens, par)
+    # stop lengths: the measured model's own only
+    assert experiment_for(exp, prof).workload.stop_len.values == (3, 5, 9)
+    assert experiment_for(dataclasses.replace(exp, actor=mine), prof).workload.stop_len is None
+    gaps = set(missing_terms(prof, dataclasses.replace(exp, actor=mine)))
+    assert "my-actor: stop_len" in gaps and "my-actor: every table" not in gaps
+    assert "my-wide-actor: every table" in missing_terms(prof, dataclasses.replace(exp, actor=wider))
+
+
+def test_shape_survives_a_profile_round_trip(tmp_path):
+    t = _tables()
+    m = dataclasses.replace(t.models["tiny-actor"], shape="layers=2 hidden=128")
+    prof = Profile(tables=dataclasses.replace(t, models={**t.models, "tiny-actor": m}))
+    save_profile(prof, tmp_path / "p.yaml")
+    assert load_profile(tmp_path / "p.yaml").tables.models["tiny-actor"].shape == "layers=2 hidden=128"
+
+
+def test_the_shipped_profile_records_each_models_shape(exp):
+    """The shipped CPU profile's entries carry the shapes of the configs that measured them,
+    so the demo-learn models (the same shapes, trained weights) take measured tables."""
+    prof, _ = shipped_profile("cpu-local")
+    assert all(m.shape for m in prof.tables.models.values())
+    learn = load_experiment(ROOT / "configs" / "demo-learn.yaml")
+    assert prof.tables.timing_for(learn.actor)[0] == "tiny-actor"
+    assert prof.tables.timing_for(learn.genrm) is not None
+    assert prof.tables.models["tiny-actor"].shape == exp.actor.shape_key

@@ -135,6 +135,15 @@ class ModelSpec:
     def dim_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
+    @property
+    def shape_key(self) -> str:
+        """The fields that set this model's compute and memory, as one string: two models
+        with equal keys (another name, other weights) cost the same per token."""
+        return (f"layers={self.layers} hidden={self.hidden} intermediate={self.intermediate} "
+                f"heads={self.heads}/{self.kv_heads} head_dim={self.dim_head} vocab={self.vocab} "
+                f"tied={int(self.tied_embeddings)} qkv_bias={int(self.qkv_bias)} "
+                f"dtype_bytes={self.dtype_bytes}")
+
     @functools.cached_property
     def params(self) -> int:
         """Parameter count derived from the shape (embeddings included). Cached: cost

@@ -36,11 +36,15 @@ def missing_terms(profile: Profile, exp: Experiment) -> tuple[str, ...]:
     n = exp.cluster.num_gpus
     out: list[str] = []
     a = exp.actor.name
-    m = t.models.get(a)
+    found = t.timing_for(exp.actor)          # its own tables, or those of its shape
+    m = found[1] if found else None
     if m is None:
         out.append(f"{a}: every table")
     else:
-        out += [f"{a}: {k}" for k in ("train", "logprob", "sync", "stop_len") if not getattr(m, k)]
+        out += [f"{a}: {k}" for k in ("train", "logprob", "sync") if not getattr(m, k)]
+        own = t.models.get(a)                # stop lengths follow the weights: its own only
+        if own is None or not own.stop_len:
+            out.append(f"{a}: stop_len")
         out += _engine_terms(a, m, False)   # an actor's engines use the shared decode ratio
         if any(2 <= tp <= min(MAX_GROUP, n) and exp.actor.check_tp(tp) is None
                for tp in exp.search.tp_choices) and not m.train_tp:
@@ -48,7 +52,8 @@ def missing_terms(profile: Profile, exp: Experiment) -> tuple[str, ...]:
         if n >= 2 and 1 in exp.search.tp_choices and not m.train_dp:
             out.append(f"{a}: train_dp")
     if exp.algo.reward.needs_genrm and exp.genrm is not None:
-        g = t.models.get(exp.genrm.name)
+        gf = t.timing_for(exp.genrm)
+        g = gf[1] if gf else None
         out += ([f"{exp.genrm.name}: every table"] if g is None
                 else _engine_terms(exp.genrm.name, g, cpu and n >= 2))
         if Mode.PARTIAL in exp.search.modes and t.handoff_s <= 0:

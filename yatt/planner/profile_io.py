@@ -19,6 +19,9 @@ the same small YAML file, so every consumer reads one format:
         - {busy: 2, reload: 1.3, offload: 1.1, decode: 1.4, logprob: 1.3, train: 1.4}
       models:
         tiny-actor:
+          shape: "layers=2 hidden=128 ..."        # optional: ModelSpec.shape_key; a model of
+                                                  # this shape under another name takes the
+                                                  # timing tables (not stop_len)
           train: [[batch, seq, seconds], ...]     # one MegatronTrainer.train_step, TP=1
           logprob: [[batch, seq, seconds], ...]   # reference log-probs (ReferenceWorker)
           weight_sync_s: 0.03                     # hf_state_dict + engine update_weights
@@ -49,6 +52,7 @@ from yatt.core.config import dump_yaml, read_yaml
 from yatt.core.errors import InputError
 from yatt.core.limits import MAX_SECONDS, MAX_TOKENS, MIN_RATE
 from yatt.core.schema import from_dict, spec_field
+from yatt.core.specs import ModelSpec
 
 from .costmodel import Efficiency
 
@@ -147,6 +151,10 @@ class ModelTables:
         default=(), help="response lengths the model produced with EOS allowed (the task's "
                          "prompts, temperature 1); a length equal to stop_cap was cut by the cap")
     stop_cap: int = spec_field(0, ge=0, le=MAX_TOKENS, help="the token budget those responses had")
+    shape: str = spec_field(
+        "", help="the measured model's shape (`ModelSpec.shape_key`): a model of another name "
+                 "with this shape takes these timing tables, not the stop lengths (those follow "
+                 "the weights); empty: matched by name only")
     train_tp: tuple[tuple[float, float, float, float], ...] = spec_field(
         default=(), help="(tp, batch, seq, s): a TP group's train_step on one host, its ranks "
                          "running at once (TP=1 is `train`)")
@@ -222,6 +230,20 @@ class ProfileTables:
     host_probe_matmul_s: float = spec_field(
         0.0, ge=0, le=MAX_SECONDS, help="the probe's matmul part alone, median (the host's compute "
                         "speed; 0 = not measured)")
+
+    def timing_for(self, model: ModelSpec) -> Optional[tuple[str, ModelTables]]:
+        """(name, tables) whose timings price `model`: its own entry, else the entry of a model
+        measured with the same shape (the one with the most tables: an actor's train and
+        log-prob tables before a GenRM's engine-only entry); None when neither exists."""
+        own = self.models.get(model.name)
+        if own is not None:
+            return model.name, own
+        key = model.shape_key
+        same = [(n, m) for n, m in self.models.items() if m.shape == key]
+        if not same:
+            return None
+        return max(same, key=lambda nm: (bool(nm[1].train), bool(nm[1].logprob),
+                                         nm[1].engine is not None))
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:

@@ -106,7 +106,8 @@ class ProfiledCostModel(CostModel):
                    {Role.ROLLOUT: rollout, Role.GENRM: genrm})
 
     def _fit(self, model: ModelSpec) -> Optional[ModelFits]:
-        return self._fits.get(model.name)
+        found = self.tables.timing_for(model)   # by name, else a measured model of its shape
+        return None if found is None else self._fits[found[0]]
 
     def _tp_scale(self, model: ModelSpec, lens: Sequence[int], par: Parallel) -> float:
         """Time at this TP/PP over the time at TP=PP=1 (1.0 for TP=PP=1): measured when the

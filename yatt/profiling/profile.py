@@ -239,7 +239,7 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
     stops = mb.stop_lengths(actor_path, device, exp.workload, cap, pts.stop_samples, seed, tick)
     return ModelTables(train=tuple(train), logprob=tuple(logprob), engine=_engine_table(bench),
                        weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt,
-                       stop_len=tuple(sorted(stops)), stop_cap=cap)
+                       stop_len=tuple(sorted(stops)), stop_cap=cap, shape=exp.actor.shape_key)
 
 
 def _with_engine(m: ModelTables, **fields) -> ModelTables:
@@ -283,7 +283,7 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                                 reps=pts.reps, restarts=pts.restarts, rng=rng, tick=tick,
                                 passes=pts.passes,
                                 join_points=_joins(pts.join, eng.genrm_max_num_seqs))
-    return ModelTables(engine=_engine_table(gbench))
+    return ModelTables(engine=_engine_table(gbench), shape=exp.genrm.shape_key)
 
 
 def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
