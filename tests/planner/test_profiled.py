@@ -571,3 +571,28 @@ def test_the_shipped_profile_records_each_models_shape(exp):
     assert prof.tables.timing_for(learn.actor)[0] == "tiny-actor"
     assert prof.tables.timing_for(learn.genrm) is not None
     assert prof.tables.models["tiny-actor"].shape == exp.actor.shape_key
+
+
+def test_a_genrm_of_a_measured_shape_takes_its_engine_contention(exp):
+    """The GenRM's own engine contention follows the shape too, even when another entry of
+    that shape (an actor's, with more tables) prices its engine steps."""
+    from yatt.planner.coverage import missing_terms
+
+    t = _tables()
+    g = exp.genrm
+    judge = dataclasses.replace(t.models["tiny-genrm"], shape=g.shape_key, engine=dataclasses.replace(
+        t.models["tiny-genrm"].engine, contention=((2.0, 1.3),)))
+    actor_like = dataclasses.replace(t.models["tiny-actor"], shape=g.shape_key)
+    prof = Profile(tables=dataclasses.replace(t, models={"tiny-actor": t.models["tiny-actor"],
+                                                         "big-actor": actor_like,
+                                                         "tiny-genrm": judge}))
+    mine = dataclasses.replace(g, name="my-judge")
+    e = dataclasses.replace(exp, genrm=mine)
+    cost = cost_model_for(e, prof)
+    assert prof.tables.timing_for(mine)[0] == "big-actor"       # the entry with most tables
+    assert cost.engine_contention(mine, 2) == pytest.approx(1.3)
+    assert "my-judge: engine.contention" not in missing_terms(prof, e)
+    alone = Profile(tables=dataclasses.replace(t, models={"tiny-actor": t.models["tiny-actor"],
+                                                          "big-actor": actor_like}))
+    assert cost_model_for(e, alone).engine_contention(mine, 2) is None
+    assert "my-judge: engine.contention" in missing_terms(alone, e)

@@ -172,8 +172,9 @@ def profile_gaps_line(profile: Any, exp: Any, config: Any) -> Optional[str]:
     if not gaps:
         return None
     shown_gaps = ", ".join(gaps[:4]) + (f" and {len(gaps) - 4} more" if len(gaps) > 4 else "")
-    return (f"profile gaps: {clean(shown_gaps, 400)} not measured: the analytic model prices "
-            "them, which can be off several-fold; measure them: "
+    return (f"profile gaps: {clean(shown_gaps, 400)} not measured (the analytic model prices "
+            "such tables; without stop lengths every response runs to its budget): "
+            "predictions can be off several-fold; measure them: "
             f"`{refresh_command(clean(str(config), 400), tables.device)}` and pass --profile "
             "profile.yaml")
 

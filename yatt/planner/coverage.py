@@ -10,6 +10,8 @@ quick profile it makes with it.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from yatt.core.plan import Experiment
 from yatt.core.roles import Mode
 
@@ -18,12 +20,14 @@ from .profile_io import ModelTables, Profile
 MAX_GROUP = 4   # the largest TP / DP group a profile times (yatt.profiling.profile.MAX_TP_MEASURED)
 
 
-def _engine_terms(name: str, m: ModelTables, contended: bool) -> list[str]:
+def _engine_terms(name: str, m: ModelTables, contention: Optional[tuple]) -> list[str]:
+    """The engine tables `m` lacks; `contention`: the engine contention points the model
+    needs and has (None: not needed)."""
     e = m.engine
     if e is None:
         return [f"{name}: engine"]
     out = [f"{name}: engine.{k}" for k in ("decode", "prefill", "join", "call") if not getattr(e, k)]
-    return out + ([f"{name}: engine.contention"] if contended and not e.contention else [])
+    return out + ([f"{name}: engine.contention"] if contention == () else [])
 
 
 def missing_terms(profile: Profile, exp: Experiment) -> tuple[str, ...]:
@@ -43,9 +47,9 @@ def missing_terms(profile: Profile, exp: Experiment) -> tuple[str, ...]:
     else:
         out += [f"{a}: {k}" for k in ("train", "logprob", "sync") if not getattr(m, k)]
         own = t.models.get(a)                # stop lengths follow the weights: its own only
-        if own is None or not own.stop_len:
+        if exp.workload.stop_len is None and (own is None or not own.stop_len):
             out.append(f"{a}: stop_len")
-        out += _engine_terms(a, m, False)   # an actor's engines use the shared decode ratio
+        out += _engine_terms(a, m, None)    # an actor's engines use the shared decode ratio
         if any(2 <= tp <= min(MAX_GROUP, n) and exp.actor.check_tp(tp) is None
                for tp in exp.search.tp_choices) and not m.train_tp:
             out.append(f"{a}: train_tp")
@@ -55,7 +59,8 @@ def missing_terms(profile: Profile, exp: Experiment) -> tuple[str, ...]:
         gf = t.timing_for(exp.genrm)
         g = gf[1] if gf else None
         out += ([f"{exp.genrm.name}: every table"] if g is None
-                else _engine_terms(exp.genrm.name, g, cpu and n >= 2))
+                else _engine_terms(exp.genrm.name, g, t.engine_contention_of(exp.genrm)
+                                   if cpu and n >= 2 else None))
         if Mode.PARTIAL in exp.search.modes and t.handoff_s <= 0:
             out.append("handoff_s")
     if t.rpc_s <= 0:

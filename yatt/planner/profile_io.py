@@ -245,6 +245,16 @@ class ProfileTables:
         return max(same, key=lambda nm: (bool(nm[1].train), bool(nm[1].logprob),
                                          nm[1].engine is not None))
 
+    def engine_contention_of(self, model: ModelSpec) -> tuple[tuple[float, float], ...]:
+        """`model`'s own engine contention points (a GenRM's), else those measured for a
+        model of its shape under another name; () when neither was measured."""
+        own = self.models.get(model.name)
+        if own is not None:
+            return own.engine.contention if own.engine is not None else ()
+        return next((m.engine.contention for m in self.models.values()
+                     if m.shape == model.shape_key and m.engine is not None
+                     and m.engine.contention), ())
+
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise InputError(f"got {self.device!r}; allowed: {'|'.join(DEVICES)}", field="device")

@@ -304,8 +304,7 @@ class ProfiledCostModel(CostModel):
         """This model's own engine slow-down with `busy` devices generating at once: its
         measured ratio, linear in `busy` between counts (1.0 at one), the largest count's
         beyond; None without one."""
-        f = self._fit(model)
-        pts = sorted(f.engine.contention) if f is not None and f.engine is not None else []
+        pts = sorted(self.tables.engine_contention_of(model))
         if not pts:
             return None
         if busy <= 1:
