@@ -157,26 +157,26 @@ def cost_model_line(path: Optional[str], profile: Any, note: str = "") -> str:
     return f"cost model: profile {clean(path)} ({kind})"   # plain text (printed markup=False)
 
 
-def profile_gaps_line(profile: Any, exp: Any, config: Any) -> Optional[str]:
-    """One line naming the terms `exp` needs that a tables profile did not measure (a model
-    of the user's own, say), which the analytic model prices instead, and the `yatt
-    profile` command that measures them; None when the profile covers the experiment or
+def print_profile_gaps(console: Any, profile: Any, exp: Any, config: Any) -> None:
+    """Print one line naming the terms `exp` needs that a tables profile did not measure (a
+    model of the user's own, say), which the analytic model prices instead, and the `yatt
+    profile` command that measures them; nothing when the profile covers the experiment or
     has no tables (then the cost-model line already says "efficiencies")."""
     tables = getattr(profile, "tables", None)
     if tables is None:
-        return None
+        return
     from yatt.planner.coverage import missing_terms
     from yatt.planner.hostscale import refresh_command
 
     gaps = missing_terms(profile, exp)
     if not gaps:
-        return None
+        return
     shown_gaps = ", ".join(gaps[:4]) + (f" and {len(gaps) - 4} more" if len(gaps) > 4 else "")
-    return (f"profile gaps: {clean(shown_gaps, 400)} not measured (the analytic model prices "
-            "such tables; without stop lengths every response runs to its budget): "
-            "predictions can be off several-fold; measure them: "
-            f"`{refresh_command(clean(str(config), 400), tables.device)}` and pass --profile "
-            "profile.yaml")
+    console.print(f"profile gaps: {clean(shown_gaps, 400)} not measured (the analytic model "
+                  "prices such tables; without stop lengths every response runs to its "
+                  "budget): predictions can be off several-fold; measure them: "
+                  f"`{refresh_command(clean(str(config), 400), tables.device)}` and pass "
+                  "--profile profile.yaml", markup=False, highlight=False, soft_wrap=True)
 
 
 def efficiency_arg(path: Optional[str]):

@@ -33,7 +33,7 @@ from yatt.planner.sizes import parse_gpu_sizes
 
 from .common import (LazyProgress, add_host_check_flag, check_not_inputs, check_out_dir,
                      check_out_file, check_top, config_or_bundled, cost_model_line, host_check_on,
-                     host_checked, profile_gaps_line, profile_or_shipped, shown, shown_lines)
+                     host_checked, print_profile_gaps, profile_or_shipped, shown, shown_lines)
 from .plan_emit import emit_all, file_name, parse_frameworks, write_emitted
 from .plan_report import cost_table, given_table, scaling_table
 
@@ -293,9 +293,7 @@ def run_plan_command(args: argparse.Namespace) -> int:
     if host.note:
         label += f" ({host.note})"
     console.print(cost_model_line(args.profile, profile, host.note), markup=False, soft_wrap=True)
-    gaps = profile_gaps_line(profile, exp, "EXPERIMENT.yaml" if is_plan_file(config) else config)
-    if gaps:
-        console.print(gaps, markup=False, highlight=False, soft_wrap=True)
+    print_profile_gaps(console, profile, exp, "EXPERIMENT.yaml" if is_plan_file(config) else config)
     if args.breakdown:
         print_breakdown(console, exp, cost)
     prog = LazyProgress(console, "searching placements", enabled=not args.no_progress)

@@ -23,7 +23,7 @@ from yatt.core.runnable import EXECUTED_MODES, check_runnable
 
 from .common import (add_host_check_flag, check_fault_env, check_out_dir, config_or_bundled,
                      cost_model_line, host_check_on, host_checked, needs_exec, phase_table,
-                     profile_arg, profile_gaps_line, profile_or_shipped, shown)
+                     print_profile_gaps, profile_arg, profile_or_shipped, shown)
 
 
 def _mode(text: Optional[str]) -> Optional[Mode]:
@@ -205,9 +205,7 @@ def run_command(args: argparse.Namespace) -> int:
                         probe_host)
     profile = host.profile
     console.print(cost_model_line(args.profile, profile, host.note), markup=False, soft_wrap=True)
-    gaps = profile_gaps_line(profile, exp, "EXPERIMENT.yaml" if is_plan_file(src) else src)
-    if gaps:
-        console.print(gaps, markup=False, highlight=False, soft_wrap=True)
+    print_profile_gaps(console, profile, exp, "EXPERIMENT.yaml" if is_plan_file(src) else src)
     if not is_plan_file(src):
         exp = experiment_for(exp, profile)   # plan with the actor's measured stop lengths
     cost = cost_model_for(exp, profile)

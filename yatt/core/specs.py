@@ -135,10 +135,11 @@ class ModelSpec:
     def dim_head(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
-    @property
+    @functools.cached_property
     def shape_key(self) -> str:
         """The fields that set this model's compute and memory, as one string: two models
-        with equal keys (another name, other weights) cost the same per token."""
+        with equal keys (another name, other weights) cost the same per token. Cached: the
+        profiled cost model looks a model's tables up by it on every call."""
         return (f"layers={self.layers} hidden={self.hidden} intermediate={self.intermediate} "
                 f"heads={self.heads}/{self.kv_heads} head_dim={self.dim_head} vocab={self.vocab} "
                 f"tied={int(self.tied_embeddings)} qkv_bias={int(self.qkv_bias)} "
