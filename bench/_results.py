@@ -218,14 +218,21 @@ def _fidelity_columns(d: dict) -> list[str]:
     if not cols:
         return []
     q = d.get("quick_profile") or {}
+    cases = d.get("cases", [])
+    # results that rescaled the quick profile too record its as-is error beside
+    q_as_is = any("quick_as_is_err" in c.get("columns", {}).get("quick", {}) for c in cases)
     out = ["A priori, three profiles over the same runs: the profile as is, rescaled to this "
            "host by the probe timed before each run, and a fresh `yatt profile --quick`"
-           + (f" ({q.get('wall_s')} s to make; `{q.get('path')}`)" if q else "") + ".", ""]
-    out += _table(["case", "measured s/step", *[f"{c} s/step (error)" for c in cols], "host ratio before"], [
+           + (f" ({q.get('wall_s')} s to make; `{q.get('path')}`)" if q else "")
+           + (", rescaled by the same probe (its as-is error beside it)" if q_as_is else "")
+           + ".", ""]
+    out += _table(["case", "measured s/step", *[f"{c} s/step (error)" for c in cols],
+                   *(["quick as is, error"] if q_as_is else []), "host ratio before"], [
         [c["case"], c.get("measured_step_s"),
          *[(f"{_fmt(c['columns'][k]['predicted_step_s'])} ({_pct(c['columns'][k]['err'])})"
             if k in c.get("columns", {}) else "-") for k in cols],
-         (c.get("host_ratios_before") or {}).get("whole")] for c in d.get("cases", [])])
+         *([_pct(c["columns"].get("quick", {}).get("quick_as_is_err"))] if q_as_is else []),
+         (c.get("host_ratios_before") or {}).get("whole")] for c in cases])
     s = d["column_summary"]
     out += _table(["column", "end to end median", "max", "per phase median", "per phase max",
                    "mode choice correct", "choices (regret)"],

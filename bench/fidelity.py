@@ -42,7 +42,10 @@ Three a-priori columns over the same runs (`columns` per case, `column_summary`)
             (`yatt.planner.hostscale`: what `yatt plan|run` do before predicting); the run's
             plan is the one planned with it, as `yatt run` plans
   quick     a fresh `yatt profile --quick` of the workloads, made at the start of the bench
-            (its wall time and whether it covers every term are recorded), as it is
+            (its wall time and whether it covers every term are recorded), rescaled by the
+            same probe before the run, as `yatt run --profile` rescales any profile: the
+            quick profile's own probe says how fast the host ran while it was measured
+            (`quick_as_is_err` per case: the quick profile as it is, a diagnostic)
 Each column predicts the same run's plan; per column the bench also records the plan its
 own search picks and the mode it prefers.
 
@@ -291,8 +294,9 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     else:
         before, after = ([], []) if reuse else (_probe_parts(PROBE_S), [])
     rescaled, ratios = rescaled_profile(profile, before)
+    quick_now = rescaled_profile(quick, before)[0] if quick is not None else None
     if rescaled_out is not None:
-        rescaled_out[(name, mode.value)] = rescaled
+        rescaled_out[(name, mode.value)] = {"rescaled": rescaled, "quick": quick_now or quick}
     # the run's plan: as `yatt run` plans it (the rescaled profile where the probe allows)
     exp, cost, plan = _plan(name, mode, rescaled or profile, engine_tp)
     sim = simulate(plan, exp.workload, cost, seed=seed, steps=steps)
@@ -324,10 +328,13 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     meas_mean = _mean_steps(_step_times(trace), 1)
     keep = [k for k in sim.steps() if k >= 1]
     columns, costs = {}, {}
-    for col, prof in zip(COLUMNS, (profile, rescaled, quick)):
+    for col, prof in zip(COLUMNS, (profile, rescaled, quick_now or quick)):
         if prof is not None:
             columns[col], costs[col] = _column(plan, name, mode, prof, engine_tp, meas, keep,
                                                steps, seed, meas_step)
+    if quick_now is not None:
+        columns["quick"]["quick_as_is_err"] = _column(plan, name, mode, quick, engine_tp, meas,
+                                                      keep, steps, seed, meas_step)[0]["err"]
     rep = replay(meas, costs["as_is"])   # the replay diagnostic: the profile as it is
     pri = {k: (0.0, v["predicted_s"]) for k, v in columns["as_is"]["phases"].items()}
     phases = {}
@@ -628,9 +635,10 @@ def main(argv=None) -> dict:
             continue
         faster = min(by, key=lambda k: by[k]["measured_step_s"])
         slow, fast = max(x["measured_step_s"] for x in by.values()), by[faster]["measured_step_s"]
-        # the rescaled column: the profile rescaled by the probe before the workload's first run
-        first = next((rescaled[(n, m.value)] for m in modes if rescaled.get((n, m.value))), None)
-        for col, prof in zip(COLUMNS, (profiles[n], first, quick)):
+        # the rescaled and quick columns: rescaled by the probe before the workload's first run
+        first = next((rescaled[(n, m.value)] for m in modes if (n, m.value) in rescaled), {})
+        for col, prof in zip(COLUMNS, (profiles[n], first.get("rescaled"),
+                                       first.get("quick", quick))):
             if prof is None:
                 continue
             chosen = planner_choice(n, prof, args.engine_tp, modes)
