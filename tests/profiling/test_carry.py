@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "demo-cpu.yaml"] + sorted((ROOT / "configs" / "fidelity").glob("*.yaml"))
 SHIPPED = ROOT / "configs" / "profiles" / "cpu-local.yaml"
 COMPUTE, INTERP = 1.3, 1.2   # how much slower the made-up host runs each kind
+TEARDOWN = 3.0               # and its engine teardowns (kernel work: in no ratio)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def _here(base):
         e = m.engine and dataclasses.replace(
             m.engine, decode=_rows(m.engine.decode, COMPUTE), prefill=_rows(m.engine.prefill, COMPUTE),
             join=_rows(m.engine.join, COMPUTE), start_s=m.engine.start_s * INTERP,
-            stop_s=m.engine.stop_s * INTERP, call=(), contention=())
+            stop_s=m.engine.stop_s * TEARDOWN, call=(), contention=())
         out[name] = dataclasses.replace(
             m, train=_rows(m.train, COMPUTE), logprob=_rows(m.logprob, COMPUTE), engine=e,
             weight_sync_s=m.weight_sync_s * INTERP, train_tp=(), train_dp=(), sync=())
@@ -80,9 +81,12 @@ def test_a_base_without_a_term_names_it(exps, base):
 def test_ratios_come_from_the_tables_both_profiles_measured(base):
     r = measured_ratios(base, _here(base))
     assert r.compute == pytest.approx(COMPUTE, rel=1e-9)
+    # the teardowns ran TEARDOWN times slower and move no ratio
     assert r.interpreter == pytest.approx(INTERP, rel=1e-9)
-    # nothing in common: no ratio (the caller falls back to the probe)
-    assert measured_ratios(base, {"someone-else": base.tables.models["tiny-actor"]}) is None
+    # nothing in common (another name and another shape): no ratio (the caller falls back
+    # to the probe)
+    other = dataclasses.replace(base.tables.models["tiny-actor"], shape="layers=99")
+    assert measured_ratios(base, {"someone-else": other}) is None
 
 
 def test_carried_terms_are_the_base_rescaled_by_kind(exps, base):
@@ -122,3 +126,25 @@ def test_without_shared_tables_the_probe_rescales(base):
     assert models == {}
     assert fields["rpc_s"] == pytest.approx(t.rpc_s * 2, abs=1e-6)
     assert f"probe x{now.total_s / t.host_probe_s:.2f}" in note
+
+
+def test_a_model_of_a_measured_shape_under_another_name_takes_that_entrys_terms(exps, base):
+    """A user's checkpoint named otherwise but shaped like a base model: the base covers it
+    (no full profile needed) and its Ray-path terms are that entry's, rescaled."""
+    demo = next(e for e in exps if e.name == "demo-cpu")
+    renamed = dataclasses.replace(demo, actor=dataclasses.replace(demo.actor, name="my-actor"),
+                                  genrm=dataclasses.replace(demo.genrm, name="my-judge"))
+    need = ray_needs([renamed], Points.quick(), "cpu")
+    assert {n for n, _ in need.shapes} == {"my-actor", "my-judge"}
+    assert lacks(base, need, "cpu") == ()
+    here = _here(base)
+    mine = {"my-actor": here[demo.actor.name], "my-judge": here[demo.genrm.name]}
+    assert measured_ratios(base, mine).interpreter == pytest.approx(INTERP, rel=1e-9)
+    models, _, _ = carried(base, "cpu-local.yaml", mine, HostProbe(python_s=1.0, matmul_s=1.0))
+    b = base.tables.models[demo.actor.name]
+    assert [s for _, s in models["my-actor"].sync] == pytest.approx(
+        [s * INTERP for _, s in b.sync], abs=1e-6)
+    assert models["my-judge"].engine.call   # the base's engine calls, carried
+    # a shape the base never measured is still lacking
+    odd = dataclasses.replace(renamed, actor=dataclasses.replace(renamed.actor, layers=renamed.actor.layers + 1))
+    assert "my-actor: every table" in lacks(base, ray_needs([odd], Points.quick(), "cpu"), "cpu")

@@ -233,13 +233,17 @@ class ProfileTables:
 
     def timing_for(self, model: ModelSpec) -> Optional[tuple[str, ModelTables]]:
         """(name, tables) whose timings price `model`: its own entry, else the entry of a model
-        measured with the same shape (the one with the most tables: an actor's train and
-        log-prob tables before a GenRM's engine-only entry); None when neither exists."""
-        own = self.models.get(model.name)
+        measured with the same shape (`entry_for`); None when neither exists."""
+        return self.entry_for(model.name, model.shape_key)
+
+    def entry_for(self, name: str, shape: str) -> Optional[tuple[str, ModelTables]]:
+        """(name, tables) of the model called `name`, else of a model measured with `shape`
+        (the one with the most tables: an actor's train and log-prob tables before a GenRM's
+        engine-only entry); None when neither exists (an empty shape matches nothing)."""
+        own = self.models.get(name)
         if own is not None:
-            return model.name, own
-        key = model.shape_key
-        same = [(n, m) for n, m in self.models.items() if m.shape == key]
+            return name, own
+        same = [(n, m) for n, m in self.models.items() if shape and m.shape == shape]
         if not same:
             return None
         return max(same, key=lambda nm: (bool(nm[1].train), bool(nm[1].logprob),

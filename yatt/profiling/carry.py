@@ -12,7 +12,9 @@ base profile that has every Ray-path term for the same models, the quick profile
 the model-bound tables here and takes the Ray-path terms from the base, rescaled by how
 much slower or faster this host ran the tables both profiles measured (the same models'
 real work, a closer match for those terms than the probe's loop); a base that lacks any
-of them is not used (`lacks` says what), and every term is measured.
+of them is not used (`lacks` says what), and every term is measured. A model the base
+measured under another name but with the same shape (`ModelSpec.shape_key`) takes that
+entry's Ray-path terms: the same work, whatever the checkpoint is called.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from yatt.planner.hostscale import HostProbe, HostRatios, host_ratios, ratio_text, rescale_profile
-from yatt.planner.profile_io import ModelTables, Profile
+from yatt.planner.profile_io import ModelTables, Profile, ProfileTables
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,13 @@ class RayNeeds:
     # per actor: (name, trainer TP sizes, DP sizes, engine counts of weight sync)
     actors: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]
     genrms: tuple[str, ...]             # GenRM engines measured on their own
+    shapes: tuple[tuple[str, str], ...] = ()   # (name, ModelSpec.shape_key) of each model
+
+
+def _entry(t: ProfileTables, name: str, shape: str) -> Optional[ModelTables]:
+    """The base's tables for the model `name` measured here: its own, else a same-shape one."""
+    hit = t.entry_for(name, shape)
+    return None if hit is None else hit[1]
 
 
 def lacks(base: Profile, need: RayNeeds, device: str) -> tuple[str, ...]:
@@ -52,8 +61,9 @@ def lacks(base: Profile, need: RayNeeds, device: str) -> tuple[str, ...]:
     busy = set(need.busy)
     if busy - {c.busy for c in t.contention}:
         out.append("contention")
+    shape = dict(need.shapes)
     for name, tp, dp, sync in need.actors:
-        m = t.models.get(name)
+        m = _entry(t, name, shape.get(name, ""))
         if m is None:
             out.append(f"{name}: every table")
             continue
@@ -62,7 +72,7 @@ def lacks(base: Profile, need: RayNeeds, device: str) -> tuple[str, ...]:
         if m.engine is None or not m.engine.call:
             out.append(f"{name}: engine.call")
     for name in need.genrms:
-        g = t.models.get(name)
+        g = _entry(t, name, shape.get(name, ""))
         if g is None or g.engine is None or not g.engine.call:
             out.append(f"{name}: engine.call")
         elif busy - {int(b) for b, _ in g.engine.contention}:
@@ -78,14 +88,16 @@ def _paired(now: tuple, then: tuple) -> list[float]:
 
 def measured_ratios(base: Profile, models: dict[str, ModelTables]) -> Optional[HostRatios]:
     """How much slower (> 1) this host ran what both profiles measured in-process, by kind:
-    interpreter-bound (engine re-create and teardown, the in-process weight sync) and
-    compute-bound (train, log-prob, decode and prefill rows at the same sizes). Medians of
-    the paired ratios: real work of the same models, which the Ray-path terms resemble
-    more than the probe's loop does. None where the two share no measurement."""
+    interpreter-bound (engine re-create, the in-process weight sync) and compute-bound
+    (train, log-prob, decode and prefill rows at the same sizes). Medians of the paired
+    ratios: real work of the same models, which the Ray-path terms resemble more than the
+    probe's loop does. An engine's teardown is left out: it is kernel work that does not
+    follow the interpreter (`yatt.planner.hostscale`). None where the two share no
+    measurement."""
     interp: list[float] = []
     compute: list[float] = []
     for name, m in models.items():
-        b = base.tables.models.get(name)
+        b = _entry(base.tables, name, m.shape)
         if b is None:
             continue
         compute += _paired(m.train, b.train) + _paired(m.logprob, b.logprob)
@@ -93,7 +105,7 @@ def measured_ratios(base: Profile, models: dict[str, ModelTables]) -> Optional[H
         if m.engine is not None and b.engine is not None:
             compute += _paired(m.engine.decode, b.engine.decode)
             compute += _paired(m.engine.prefill, b.engine.prefill)
-            pairs += [(m.engine.start_s, b.engine.start_s), (m.engine.stop_s, b.engine.stop_s)]
+            pairs.append((m.engine.start_s, b.engine.start_s))
         interp += [a / c for a, c in pairs if a > 0 and c > 0]
     if not interp or not compute:
         return None
@@ -123,7 +135,7 @@ def carried(base: Profile, name: str, models: dict[str, ModelTables], now: HostP
     if r is None and (r := host_ratios(base.tables, now)) is not None:
         how = ratio_text(r)
     scaled = rescale_profile(base, r, now).tables if r is not None else base.tables
-    out = {n: _ray_fields(m, scaled.models[n]) if n in scaled.models else m
+    out = {n: _ray_fields(m, b) if (b := _entry(scaled, n, m.shape)) is not None else m
            for n, m in models.items()}
     fields = dict(rpc_s=scaled.rpc_s, transfer=scaled.transfer, handoff_s=scaled.handoff_s,
                   contention=scaled.contention, contention_load_avg=scaled.contention_load_avg)

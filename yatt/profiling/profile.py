@@ -338,7 +338,9 @@ def ray_needs(exps: Sequence[Experiment], pts: Points, device: str) -> carry.Ray
         actors=tuple((e.actor.name, pts.tp_sizes(exps, e.actor.name),
                       pts.dp_sizes(exps, e.actor.name), sync_counts(exps, e.actor.name))
                      for e in actors),
-        genrms=tuple(e.genrm.name for e in genrms))
+        genrms=tuple(e.genrm.name for e in genrms),
+        shapes=tuple((m.name, m.shape_key) for m in
+                     [e.actor for e in actors] + [e.genrm for e in genrms]))
 
 
 def profile_experiments(exps: Sequence[Experiment], device: str, points: Optional[Points] = None,
