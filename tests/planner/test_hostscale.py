@@ -95,6 +95,7 @@ def test_split_profile_rescales_every_term_by_the_interpreter_part():
     assert a1.stop_len == a0.stop_len and a1.stop_cap == a0.stop_cap
     # the analytic fallback's overheads copied from the tables follow the interpreter
     assert new.efficiency.engine_start_s == pytest.approx(prof.efficiency.engine_start_s * 2.0)
+    assert new.efficiency.switch_overhead_s == prof.efficiency.switch_overhead_s   # teardown
     # the rescaled profile records the probe it was carried to, and says so
     assert new.tables.host_probe_s == pytest.approx(now.total_s)
     assert new.tables.host_probe_python_s == pytest.approx(now.python_s)

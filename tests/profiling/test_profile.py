@@ -1,7 +1,8 @@
 """`yatt profile --quick` end to end on the tiny demo models, as a user re-profiles a host:
 real Megatron/vLLM micro-benchmarks of the model tables at the quick set's points, the
-Ray-path terms carried from the shipped profile rescaled by the tables both measured, a
-profile that leaves no term of the demo to the analytic model, and a profiled cost model
+host-wide Ray-path terms carried from the shipped profile rescaled by the tables both
+measured, the trainer groups and engine calls measured, a profile that leaves no term of
+the demo to the analytic model, and a profiled cost model
 built from it that plans the demo. Slow (~1 min): marked `slow`."""
 from __future__ import annotations
 
@@ -48,8 +49,8 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     assert all(0 <= n <= actor.stop_cap for n in actor.stop_len)
     assert genrm.engine is not None and len(genrm.engine.decode) == len(quick.decode)
     assert t.host_probe_s > 0 and t.host_probe_python_s > 0 and t.host_probe_matmul_s > 0
-    # the Ray-path terms: the shipped profile's, times how much slower this host ran the
-    # tables both profiles measured (interpreter-bound: round trip, sync; compute: TP groups)
+    # the host-wide Ray-path terms: the shipped profile's, times how much slower this host
+    # ran the tables both profiles measured (interpreter-bound: round trip, sync)
     base = load_profile(SHIPPED)
     r = measured_ratios(base, t.models)
     assert r is not None and "Ray-path terms from" in prof.source
@@ -57,9 +58,15 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     assert t.rpc_s == pytest.approx(b.rpc_s * r.interpreter, abs=1e-6)
     assert [s for _, s in actor.sync] == pytest.approx(
         [s * r.interpreter for _, s in b.models["tiny-actor"].sync], abs=1e-6)
-    assert [x[-1] for x in actor.train_tp] == pytest.approx(
-        [x[-1] * r.compute for x in b.models["tiny-actor"].train_tp], abs=1e-6)
     assert t.contention == b.contention
+    # each model's own Ray-path work is measured here: the trainer's TP and DP group steps
+    # at the quick points (the demo's 2 devices: groups of 2) and every engine's calls
+    assert "trainer groups and engine calls measured here" in prof.source
+    for rows in (actor.train_tp, actor.train_dp):
+        assert [tuple(x[:3]) for x in rows] == [(2.0, float(bb), float(ss)) for bb, ss in quick.tp_points]
+        assert all(x[-1] > 0 for x in rows)
+    for m in (actor, genrm):
+        assert m.engine.call and all(n >= 1 and s > 0 for n, s in m.engine.call)
     assert missing_terms(prof, exp) == ()
     cost = cost_model_for(exp, prof)
     assert isinstance(cost, ProfiledCostModel)

@@ -76,7 +76,9 @@ def profile_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     if base is not None:
         lack = lacks(base[0], ray_needs(exps, pts, args.device), args.device)
-        console.print(f"Ray-path terms: from {shown(base[1])}, rescaled to this host" if not lack
+        console.print(f"Ray-path terms: from {shown(base[1])}, rescaled to this host"
+                      + (" (trainer groups and engine calls: measured)" if pts.own_ray else "")
+                      if not lack
                       else f"Ray-path terms: measured ({shown(base[1])} lacks "
                            f"{shown(', '.join(lack))})")
         if lack:
@@ -86,9 +88,11 @@ def profile_command(args: argparse.Namespace) -> int:
                   disable=args.no_progress) as bar:
         tps = sum(len(pts.tp_sizes(exps, e.actor.name)) + len(pts.dp_sizes(exps, e.actor.name))
                   for e in actors)
+        # with a base: the in-process tables, then (own_ray) the groups and engine calls
         total = (pts.ticks(len(actors), len(genrms), len(pts.busy_counts(exps, args.device)), tps)
                  if base is None else dataclasses.replace(pts, ray=False).ticks(len(actors),
-                                                                                len(genrms)))
+                                                                                len(genrms))
+                 + (tps + len(actors) + len(genrms) if pts.own_ray and pts.ray else 0))
         task = bar.add_task("starting", total=total)
         prof = profile_experiments(exps, args.device, pts,
                                   tick=lambda what: bar.update(task, advance=1, description=what),

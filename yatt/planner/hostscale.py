@@ -158,8 +158,8 @@ def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe,
         host_probe_python_s=round(now.python_s, 6) if r.split else 0.0,
         host_probe_matmul_s=round(now.matmul_s, 6) if r.split else 0.0)
     e: Efficiency = profile.efficiency
+    # switch_overhead_s is the measured teardown (`yatt profile`): as measured, too
     eff = dataclasses.replace(e, engine_start_s=e.engine_start_s * r.interpreter,
-                              switch_overhead_s=e.switch_overhead_s * r.interpreter,
                               sync_overhead_s=e.sync_overhead_s * r.interpreter)
     return dataclasses.replace(profile, tables=tables, efficiency=eff,
                                source=f"{profile.source}; {ratio_text(r, where)}")

@@ -66,6 +66,13 @@ class Points:
     tp_points: tuple[tuple[int, int], ...] = ((8, 32), (16, 64), (4, 128))
     # seconds of the host-speed probe at the start, middle and end of a profile
     host_probe_s: float = 3.0
+    # with a base to carry Ray-path terms from: still measure here the ones that are each
+    # model's own work (trainer TP / DP group steps, engine call overheads), which moved
+    # 0.35-1.3x between two hosts whose in-process tables moved 1.2-1.3x (docs/fidelity.md)
+    own_ray: bool = False
+    # calls per size for an engine's call overhead (a difference of two timings: noisier
+    # than a table point, and cheap once the engine is up)
+    call_reps: int = 6
 
     @classmethod
     def quick(cls) -> "Points":
@@ -74,11 +81,13 @@ class Points:
         fewer repetitions and a shorter host probe, but as many engine re-creates and stop
         lengths (the a-priori length distribution: half the samples moved a long-tailed
         workload's mean response by 15%);
-        with a base profile the Ray-path terms are carried from it (`carry`), else measured
-        with fewer repetitions and rounds: about a minute per experiment instead of ten,
-        for re-profiling a host rather than trusting a stale profile."""
+        with a base profile the host-wide Ray-path terms (round trip, transfers, hand-off,
+        weight sync, contention) are carried from it (`carry`) and the trainer groups and
+        engine calls are measured here, else every term is measured with fewer repetitions
+        and rounds: a minute or two instead of ten, for re-profiling a host rather than
+        trusting a stale profile."""
         return cls(reps=2, restarts=3, rpc_reps=20, handoff_reps=5, contention_rounds=3,
-                   passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0)
+                   passes=1, tp_points=((8, 32), (4, 128)), host_probe_s=1.0, own_ray=True)
 
     @classmethod
     def smoke(cls) -> "Points":
@@ -368,6 +377,12 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     probe += mb.host_probe_parts(pts.host_probe_s)
     if base is not None and not carry.lacks(base[0], ray_needs(exps, pts, device), device):
         models, fields, note = carry.carried(base[0], base[1], models, HostProbe.from_parts(probe))
+        if pts.own_ray and pts.ray:
+            from yatt.profiling import microbench_ray as mbr
+
+            with mbr.local_ray():
+                models = _own_ray_tables(exps, device, pts, tick, seed, models)
+            note += "; trainer groups and engine calls measured here"
         fields.update(load_avg=round((load0 + os.getloadavg()[0]) / 2, 2))
     else:
         models, fields, note = _ray_tables(exps, device, pts, tick, seed, models, load0)
@@ -388,6 +403,39 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
                    source=f"yatt profile {names} --device {device} ({took})", tables=tables)
 
 
+def _own_ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
+                    models: dict) -> dict:
+    """`models` with the Ray-path tables that are each model's own work on this host: the
+    trainer's TP / DP group steps and every engine's call overhead. Inside a Ray session."""
+    from yatt.profiling import microbench as mb
+    from yatt.profiling import microbench_engines as mbe
+
+    models = dict(models)
+    actors, genrms = models_to_measure(exps)
+    for e in actors:
+        tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
+        if tps or dps:
+            models[e.actor.name] = dataclasses.replace(
+                models[e.actor.name],
+                train_tp=_group_table(e, device, pts, tps, tick, seed, dp=False),
+                train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
+    if not pts.ray:
+        return models
+    for e in actors:   # each engine model's call overhead on the executor's actors
+        models[e.actor.name] = _with_engine(models[e.actor.name], call=_points(
+            mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
+                                    pts.call_reps, e.engine.max_num_seqs, seed=seed,
+                                    tick=tick)))
+    for e in genrms:
+        judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
+                               e.workload.judge_max_tokens)
+        models[e.genrm.name] = _with_engine(models[e.genrm.name], call=_points(
+            mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
+                                    pts.call_reps, e.engine.genrm_max_num_seqs,
+                                    judge=judge, seed=seed, tick=tick)))
+    return models
+
+
 def _ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
                 models: dict, load0: float) -> tuple[dict, dict, str]:
     """(models with their Ray-path tables, the host-wide ProfileTables fields, "") measured
@@ -397,19 +445,13 @@ def _ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick
     from yatt.profiling import microbench_engines as mbe
     from yatt.profiling import microbench_ray as mbr
 
-    models = dict(models)
     actors, genrms = models_to_measure(exps)
     # after the in-process tables: the Ray benchmarks share one session (a session per
     # benchmark would cost seconds each)
     with mbr.local_ray() if pts.ray else contextlib.nullcontext():
-        for e in actors:
-            tps, dps = pts.tp_sizes(exps, e.actor.name), pts.dp_sizes(exps, e.actor.name)
-            if tps or dps:
-                models[e.actor.name] = dataclasses.replace(
-                    models[e.actor.name],
-                    train_tp=_group_table(e, device, pts, tps, tick, seed, dp=False),
-                    train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
-            if pts.ray:
+        models = _own_ray_tables(exps, device, pts, tick, seed, models)
+        if pts.ray:
+            for e in actors:
                 models[e.actor.name] = dataclasses.replace(
                     models[e.actor.name], sync=_sync_table(e, exps, device, pts, tick, seed))
         # the actors' weights through the object store (weight sync), and 4x that for a slope
@@ -419,19 +461,6 @@ def _ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick
         streams = pts.ray and any(e.genrm is not None for e in exps)
         handoff = (mbe.handoff_time(mb.model_path(actors[0].actor, seed), actors[0].actor.vocab,
                                     pts.handoff_reps, seed=seed, tick=tick) if streams else 0.0)
-        if pts.ray:   # each engine model's call overhead on the executor's actors
-            for e in actors:
-                models[e.actor.name] = _with_engine(models[e.actor.name], call=_points(
-                    mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
-                                            pts.reps * 2, e.engine.max_num_seqs, seed=seed,
-                                            tick=tick)))
-            for e in genrms:
-                judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
-                                       e.workload.judge_max_tokens)
-                models[e.genrm.name] = _with_engine(models[e.genrm.name], call=_points(
-                    mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
-                                            pts.reps * 2, e.engine.genrm_max_num_seqs,
-                                            judge=judge, seed=seed, tick=tick)))
         load = round((load0 + os.getloadavg()[0]) / 2, 2)
         c_load0 = os.getloadavg()[0]
         cont = measure_contention(actors[0], device, pts.busy_counts(exps, device),
