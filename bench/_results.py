@@ -183,6 +183,9 @@ def _fidelity(d: dict) -> list[str]:
         ["end to end, a priori", _apct(d.get("median_abs_err")), _apct(d.get("max_abs_err"))],
         ["end to end, replay of measured lengths", _apct(d.get("replay_median_abs_err")),
          _apct(d.get("replay_max_abs_err"))],
+        *([["end to end, `yatt run`'s own line (replay, host-rescaled profile)",
+            _apct(d.get("run_line_median_abs_err")), _apct(d.get("run_line_max_abs_err"))]]
+          if d.get("run_line_median_abs_err") is not None else []),
         ["end to end, every response at its budget (no EOS)", _apct(d.get("budget_only_median_abs_err")),
          _apct(d.get("budget_only_max_abs_err"))],
         ["per phase, replay", _apct(d.get("phase_median_abs_err")), _apct(d.get("phase_max_abs_err"))],
@@ -414,7 +417,12 @@ def _quick_profile(d: dict) -> list[str]:
            f"({_fmt(d.get('quick_wall_s_per_config'))} s per config); {_fmt(alone.get('wall_s'))} s "
            f"for `{alone.get('config')}` alone; the full one {_fmt(d.get('full_wall_s'))} s. "
            "Per phase: busy seconds per step of the full profile's best plan of each mode, "
-           "simulated with each profile (phases over 0.05 s).", ""]
+           "simulated with each profile (phases over 0.05 s)"
+           + ("; the quick ones rescaled to the full one's host probe, as `yatt plan|run` "
+              "rescale a profile" if "phase_max_abs_diff_raw" in d else "")
+           + ("; the full one with the quick ones' contention ratios (the base's, fitted to "
+              "measured runs), so the two differ by their measured tables only"
+              if "cases_raw" in d else "") + ".", ""]
     rows = [[r["experiment"], r["mode"], r["plan"], r["full_step_s"], r["quick_step_s"],
              _pct(r["step_diff"]), _apct(r.get("phase_max_abs_diff")),
              _pct(r2["step_diff"]), _apct(r2.get("phase_max_abs_diff"))]
@@ -428,6 +436,12 @@ def _quick_profile(d: dict) -> list[str]:
          f"max {_apct(t.get('phase_max_abs_diff'))}", _fmt(d.get("phase_target_met"))],
         ["step time, median / max abs diff",
          f"{_apct(d.get('step_median_abs_diff'))} / {_apct(d.get('step_max_abs_diff'))}", "-", "-"],
+        *([["per phase as measured (no rescale; each profile's own contention), median / max abs diff",
+            f"{_apct(d.get('phase_median_abs_diff_raw'))} / {_apct(d.get('phase_max_abs_diff_raw'))}",
+            "-", "-"],
+           ["host probe, Python / matmul part s (quick, full, 2nd quick)",
+            "; ".join(f"{k} {a} / {b}" for k, (a, b) in d.get("host_probe_s", {}).items()),
+            "-", "-"]] if "phase_max_abs_diff_raw" in d else []),
         ["quick wall s (all, all again, alone)",
          _fmt([*d.get("quick_wall_s", []), alone.get("wall_s")]),
          f"<= {_fmt(t.get('quick_wall_s'))} each", _fmt(d.get("wall_target_met"))]])

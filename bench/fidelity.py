@@ -47,7 +47,9 @@ Three a-priori columns over the same runs (`columns` per case, `column_summary`)
             quick profile's own probe says how fast the host ran while it was measured
             (`quick_as_is_err` per case: the quick profile as it is, a diagnostic)
 Each column predicts the same run's plan; per column the bench also records the plan its
-own search picks and the mode it prefers.
+own search picks and the mode it prefers. `run_line_err` per case is what `yatt run`'s own
+predicted-vs-measured line reads for that run: the run's measured lengths replayed with the
+host-rescaled profile, median step against median step.
 
 It also reports, per column and workload, the planner's preferred mode (best predicted step
 time over the modes run) against the measured fastest: `regret` is the chosen mode's
@@ -336,6 +338,10 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
         columns["quick"]["quick_as_is_err"] = _column(plan, name, mode, quick, engine_tp, meas,
                                                       keep, steps, seed, meas_step)[0]["err"]
     rep = replay(meas, costs["as_is"])   # the replay diagnostic: the profile as it is
+    # `yatt run`'s own predicted-vs-measured line: a replay of the run's lengths with the
+    # profile its host check rescaled (the rescaled column's), median step against median
+    run_rep = replay(meas, costs.get("rescaled", costs["as_is"]))
+    run_line_err = _rel(_median_steps(_step_times(run_rep.predicted), 1), meas_step)
     pri = {k: (0.0, v["predicted_s"]) for k, v in columns["as_is"]["phases"].items()}
     phases = {}
     spread = _step_spread(meas)
@@ -362,6 +368,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             "budget_only_step_s": round(budget_step, 4),
             "budget_only_err": round(_rel(budget_step, meas_step), 4),
             "replay_err": round(_rel(_median_steps(_step_times(rep.predicted), 1), meas_step), 4),
+            "run_line_err": round(run_line_err, 4),
             "measured_steps_s": {str(k): round(v, 3) for k, v in sorted(_step_times(trace).items())},
             "response_tokens_mean": round(statistics.fmean(resp), 2) if resp else 0.0,
             "response_budget_mean": round(budget, 2),
@@ -654,6 +661,7 @@ def main(argv=None) -> dict:
     summary = column_summary(cases, by_col)
     errs = [abs(c["err"]) for c in cases]
     rerrs = [abs(c["replay_err"]) for c in cases]
+    lerrs = [abs(c["run_line_err"]) for c in cases if c.get("run_line_err") is not None]
     big = [p for c in cases for p in c["phases"].values() if p["measured_s"] > 0.05]
     phase_errs = [abs(p["replay_err"]) for p in big]
     phase_pred_errs = [abs(p["predicted_err"]) for p in big]
@@ -671,6 +679,8 @@ def main(argv=None) -> dict:
            "max_abs_err": round(max(errs), 4) if errs else None,
            "replay_median_abs_err": round(statistics.median(rerrs), 4) if rerrs else None,
            "replay_max_abs_err": round(max(rerrs), 4) if rerrs else None,
+           "run_line_median_abs_err": round(statistics.median(lerrs), 4) if lerrs else None,
+           "run_line_max_abs_err": round(max(lerrs), 4) if lerrs else None,
            "phase_median_abs_err": round(statistics.median(phase_errs), 4) if phase_errs else None,
            "phase_max_abs_err": round(max(phase_errs), 4) if phase_errs else None,
            "phase_predicted_median_abs_err": round(statistics.median(phase_pred_errs), 4)
