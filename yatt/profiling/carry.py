@@ -12,7 +12,9 @@ base profile that has every Ray-path term for the same models, the quick profile
 the model-bound tables here and takes the Ray-path terms from the base, rescaled by how
 much slower or faster this host ran the tables both profiles measured (the same models'
 real work, a closer match for those terms than the probe's loop); a base that lacks any
-of them is not used (`lacks` says what), and every term is measured. A model the base
+of them is not used (`lacks` says what), and every term is measured. The quick set then
+measures the trainer groups and engine calls itself (`Points.own_ray`, replacing the
+carried ones: they did not move with the tables between two hosts). A model the base
 measured under another name but with the same shape (`ModelSpec.shape_key`) takes that
 entry's Ray-path terms: the same work, whatever the checkpoint is called.
 """
