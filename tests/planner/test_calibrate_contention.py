@@ -85,7 +85,8 @@ def test_a_profile_takes_the_contention_its_measured_traces_show(tmp_path, capsy
 def test_a_runs_recorded_host_speed_is_not_taken_for_contention():
     """A run on a host 1.25x slower than at profile time, with no contention at all: fitted
     against the profile rescaled to the probe the run recorded, the ratios are 1.0; without
-    the record they would absorb the host's speed."""
+    the record they would absorb the host's speed (all but teardown's, which the rescale
+    leaves as measured)."""
     from yatt.planner.calibrate import calibrate_contention
     from yatt.planner.hostscale import HostProbe, host_ratios, rescale_profile
 
@@ -102,4 +103,4 @@ def test_a_runs_recorded_host_speed_is_not_taken_for_contention():
     blind = calibrate_contention(base, [run]).tables.contention[0]
     for f in ("reload", "offload", "train"):
         assert getattr(fit, f) == pytest.approx(1.0, abs=0.01), f
-        assert getattr(blind, f) == pytest.approx(1.25, rel=0.05), f
+        assert getattr(blind, f) == pytest.approx(1.0 if f == "offload" else 1.25, rel=0.05), f
