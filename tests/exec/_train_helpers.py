@@ -200,8 +200,18 @@ def run_trainer(rank: int, world: int, port: int, opts: dict, out_dir: str) -> N
     if first is not None:   # back to the untrained state, then the same steps again
         tr.restore(first)
         res["metrics_again"] = [tr.train_step(batch) for _ in range(opts.get("steps", 2))]
+    res["mode_outside_calls"] = device_mode_active()
     tr.shutdown()
     torch.save(res, os.path.join(out_dir, f"rank{rank}.pt"))
+
+
+def device_mode_active() -> bool:
+    """Whether the shim's device mode is on this thread's torch function mode stack."""
+    import torch
+
+    from yatt.exec import megatron_shim
+    return any(isinstance(m, megatron_shim.CudaToCpuMode)
+               for m in torch.overrides._get_current_function_mode_stack())
 
 
 def state_leaves(x, path: str = "") -> dict:
@@ -255,7 +265,7 @@ def run_logits(rank: int, world: int, port: int, opts: dict, out_dir: str) -> No
     import torch
     torch.set_num_threads(1)
     from yatt.exec import megatron_shim
-    megatron_shim.install()
+    megatron_shim.enter()
     from megatron.core import parallel_state as ps
     from megatron.core import tensor_parallel
 
@@ -318,7 +328,7 @@ def run_thread_writer(rank: int, world: int, port: int, opts: dict, out_dir: str
     import torch
     torch.set_num_threads(1)
     from yatt.exec import faults, megatron_shim
-    megatron_shim.install()
+    megatron_shim.enter()
     from megatron.core import dist_checkpointing
     from megatron.core.dist_checkpointing.mapping import ShardedTensor
     from megatron.core.dist_checkpointing.strategies import filesystem_async

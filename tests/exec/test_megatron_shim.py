@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tests.exec._train_helpers import run_trainer, spawn
+from tests.exec._train_helpers import device_mode_active, run_trainer, spawn
 from yatt.exec import megatron_shim
 
 
@@ -57,9 +57,33 @@ def test_cpu_smoke_train_clip_checkpoint(tmp_path, monkeypatch):
                            "ckpt_dir": str(ckpt)}, tmp_path)
     res = torch.load(tmp_path / "rank0.pt", weights_only=False)
     assert res["cuda"] is False
+    # the device mode routes every torch call through Python: it is on only inside the
+    # trainer's own calls, so other work in the process (an engine, a reference) runs at
+    # full speed
+    assert res["mode_outside_calls"] is False
     assert all(m["skipped"] == 0.0 for m in res["metrics"])
     assert res["metrics"][0]["grad_norm"] > 1.0  # clip_grad=1.0 => the clip path ran
     assert (ckpt / "metadata.json").exists()
+
+
+def test_install_leaves_the_mode_off_and_enter_turns_it_on():
+    import threading
+    megatron_shim.install()
+    assert not device_mode_active()
+    with megatron_shim.thread_mode():
+        assert device_mode_active()
+        assert torch.zeros(1, device="cuda").device.type == "cpu"
+    assert not device_mode_active()
+    out = {}
+
+    def own_process():   # `enter` is for a thread that does nothing else: run it on one
+        megatron_shim.enter()
+        out["on"] = device_mode_active()
+
+    t = threading.Thread(target=own_process)
+    t.start()
+    t.join()
+    assert out["on"] is True and not device_mode_active()
 
 
 def test_thread_mode_covers_other_threads(monkeypatch):

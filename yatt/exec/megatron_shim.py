@@ -8,7 +8,7 @@ that gradients are `torch.cuda.FloatTensor`. Our CPU demo and tests train on CPU
 over gloo, so we map those to CPU here. The shim is a no-op for a trainer on a CUDA device.
 
 Mechanism:
-  * a global `TorchFunctionMode` rewrites CUDA devices (``"cuda"``, ``"cuda:0"``, bare ints,
+  * a `TorchFunctionMode` rewrites CUDA devices (``"cuda"``, ``"cuda:0"``, bare ints,
     ``torch.device("cuda")``) to CPU for factory calls and for ``Tensor.cuda()/.to()``;
   * `torch.cuda.current_device` -> 0 (which the mode then maps to CPU) and
     `torch.cuda.synchronize` -> no-op;
@@ -16,6 +16,10 @@ Mechanism:
     the distributed optimizer branch on `param.type() == 'torch.cuda.FloatTensor'`;
   * `clip_grad_by_total_norm_fp32` is replaced by a CPU version (the original asserts the
     CUDA tensor type string), in both modules that bind it.
+The mode is entered only around megatron work (`thread_mode`, `on_any_thread`: every
+trainer entry point), never for the whole process: it routes every torch call through
+Python, which made a vLLM decode step in the same process ~1.5x slower (a profile that
+built a trainer before measuring its engines read them that much too slow).
 `PATCH_TARGETS` lists every megatron symbol we touch; tests assert they still exist so an
 upgrade that moves them fails loudly instead of silently leaving CUDA calls in place.
 """
@@ -113,10 +117,11 @@ def needed(device: str = "cpu") -> bool:
 
 
 def install(device: str = "cpu") -> bool:
-    """Install the shim (idempotent). Returns True if active. No-op for a CUDA device.
+    """Install the shim's patches (idempotent). Returns True if active. No-op for a CUDA
+    device. Megatron code then runs under `thread_mode()` (or `enter()` for a process that
+    does nothing else).
 
     Call before building any megatron model. It imports megatron modules to patch them.
-    The device mode is entered process-wide on the calling thread's mode stack.
     """
     global _installed
     if not needed(device):
@@ -126,13 +131,21 @@ def install(device: str = "cpu") -> bool:
             return True
         torch.cuda.current_device = lambda: 0          # type: ignore[assignment]
         torch.cuda.synchronize = lambda *a, **k: None  # type: ignore[assignment]
-        CudaToCpuMode().__enter__()  # stays pushed for the life of the process
         for mod_name, attr in PATCH_TARGETS:
             mod = importlib.import_module(mod_name)
             getattr(mod, attr)  # AttributeError if megatron moved it
             setattr(mod, attr, _cpu_clip_grad_by_total_norm_fp32)
         _installed = True
         return True
+
+
+def enter(device: str = "cpu") -> bool:
+    """`install()` and push the device mode on the calling thread for good: for a process
+    that runs megatron code only (test ranks, tools). Returns True if active."""
+    if not install(device):
+        return False
+    thread_mode().__enter__()
+    return True
 
 
 def thread_mode():

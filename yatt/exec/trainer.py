@@ -81,41 +81,42 @@ class MegatronTrainer(TrainerState):
         if device == "cpu":
             torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
         megatron_shim.install(device)
-        self.spec, self.algo, self.tp, self.pp, self.dp, self.rank = spec, algo, tp, pp, dp, rank
-        self.pad_id = pad_id
-        # bf16 weights with fp32 main grads and optimizer state, as Megatron trains on GPU;
-        # on CPU the job runs float32 (job.prepare_job says so)
-        self.bf16 = dtype is Dtype.BFLOAT16 and device.startswith("cuda")
-        self.kl_fn = KL_ESTIMATORS[algo.kl_estimator]
-        self.nonfinite_steps = 0
-        self.device = torch.device(device)
-        if device.startswith("cuda"):
-            torch.cuda.set_device(rank % torch.cuda.device_count())
-            self.device = torch.device("cuda", torch.cuda.current_device())
-        check_spec_matches(spec, hf_path)
-        self.meta = HfMeta.read(hf_path)
-        self.world = tp * pp * dp
-        if not torch.distributed.is_initialized():
-            torch.distributed.init_process_group(
-                "nccl" if device.startswith("cuda") else "gloo",
-                init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=self.world)
-        ps.initialize_model_parallel(tp, pp, order="tp-pp-dp")
-        tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
-        self.tp_rank = ps.get_tensor_model_parallel_rank()
-        self.pp_rank = ps.get_pipeline_model_parallel_rank()
-        self.stage = StageSlice.of(spec.layers, pp, self.pp_rank)
-        model = build_gpt_model(spec, self.meta, tp, device=str(self.device), pp=pp,
-                                stage=self.stage, bf16=self.bf16)
-        load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank, self.stage)
-        self.model = model
-        self.ddp, self.optimizer = wrap_for_training(model, algo.lr, algo.distributed_optimizer,
-                                                     clip_grad, self.bf16)
-        model.config.no_sync_func = self.ddp.no_sync
-        model.config.finalize_model_grads_func = self._finalize_grads
-        self.steps = 0
-        self.fault = faults.hook("trainer", rank)
-        self._ckpt_queue = None            # megatron AsyncCallsQueue, made on first async save
-        self._ckpt_pending: dict[int, str] = {}   # async call index -> checkpoint dir
+        with megatron_shim.thread_mode():   # megatron's CUDA calls, on this thread only
+            self.spec, self.algo, self.tp, self.pp, self.dp, self.rank = spec, algo, tp, pp, dp, rank
+            self.pad_id = pad_id
+            # bf16 weights with fp32 main grads and optimizer state, as Megatron trains on GPU;
+            # on CPU the job runs float32 (job.prepare_job says so)
+            self.bf16 = dtype is Dtype.BFLOAT16 and device.startswith("cuda")
+            self.kl_fn = KL_ESTIMATORS[algo.kl_estimator]
+            self.nonfinite_steps = 0
+            self.device = torch.device(device)
+            if device.startswith("cuda"):
+                torch.cuda.set_device(rank % torch.cuda.device_count())
+                self.device = torch.device("cuda", torch.cuda.current_device())
+            check_spec_matches(spec, hf_path)
+            self.meta = HfMeta.read(hf_path)
+            self.world = tp * pp * dp
+            if not torch.distributed.is_initialized():
+                torch.distributed.init_process_group(
+                    "nccl" if device.startswith("cuda") else "gloo",
+                    init_method=f"tcp://{master_addr}:{master_port}", rank=rank, world_size=self.world)
+            ps.initialize_model_parallel(tp, pp, order="tp-pp-dp")
+            tensor_parallel.model_parallel_cuda_manual_seed(seed, inference_rng_tracker=True)
+            self.tp_rank = ps.get_tensor_model_parallel_rank()
+            self.pp_rank = ps.get_pipeline_model_parallel_rank()
+            self.stage = StageSlice.of(spec.layers, pp, self.pp_rank)
+            model = build_gpt_model(spec, self.meta, tp, device=str(self.device), pp=pp,
+                                    stage=self.stage, bf16=self.bf16)
+            load_into_megatron(model, hf_path, spec, self.meta.arch, tp, self.tp_rank, self.stage)
+            self.model = model
+            self.ddp, self.optimizer = wrap_for_training(model, algo.lr, algo.distributed_optimizer,
+                                                         clip_grad, self.bf16)
+            model.config.no_sync_func = self.ddp.no_sync
+            model.config.finalize_model_grads_func = self._finalize_grads
+            self.steps = 0
+            self.fault = faults.hook("trainer", rank)
+            self._ckpt_queue = None            # megatron AsyncCallsQueue, made on first async save
+            self._ckpt_pending: dict[int, str] = {}   # async call index -> checkpoint dir
 
     def _finalize_grads(self, models, num_tokens=None, **kw) -> None:
         """The schedule's last act of a backward pass: the DP gradient all-reduce and, at PP
@@ -432,10 +433,12 @@ class MegatronTrainer(TrainerState):
         from .hf_convert import gather_hf_weights
         return gather_hf_weights(self.model, self.spec, self.meta.arch, self.stage, self.tp, self.pp)
 
+    @megatron_shim.on_any_thread
     def param_checksum(self) -> float:
         """Sum of |params| of this rank's shard (cheap cross-rank consistency check)."""
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
+    @megatron_shim.on_any_thread
     def shutdown(self) -> None:
         """Tear down model-parallel state and the process group (idempotent)."""
         from megatron.core import parallel_state as ps
