@@ -149,9 +149,11 @@ def resume_command(args: argparse.Namespace, console: Console) -> int:
     _check_checkpoint_dir(run_dir)
     from yatt.exec import checkpoint as ckpt
     from yatt.exec import safe_load
-    # no checkpoint that verifies and loads safely: say so before preparing the job (which
-    # may build models); run_plan picks the checkpoint again and logs any it skips
-    ckpt.latest_valid(run_dir, lambda m: None, check=safe_load.scan)
+    # no checkpoint that verifies and loads safely, or a bad state.json in it: say so before
+    # preparing the job (which may build models); run_plan picks the checkpoint again and
+    # logs any it skips
+    _, newest = ckpt.latest_valid(run_dir, lambda m: None, check=safe_load.scan)
+    ckpt.read_state(newest)
     job = _prepare(plan.experiment, info["seed"], steps)
     console.print(f"resuming {shown(run_dir)} ({plan.describe()}) up to {steps} steps")
     try:
