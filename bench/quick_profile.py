@@ -149,7 +149,7 @@ def main(argv=None) -> dict:
     from yatt.planner.coverage import missing_terms
     from yatt.planner.profile_io import load_profile
     from yatt.planner.profiled import shipped_profile
-    from yatt.profiling.profile import Points
+    from yatt.profiling.points import Points
 
     names = [c for c in args.configs.split(",") if c]
     exps = [load_experiment(ROOT / "configs" / f"{c}.yaml") for c in names]

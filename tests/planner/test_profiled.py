@@ -229,7 +229,7 @@ def test_contention_round_trip_and_bad_entries(tmp_path):
 
 
 def test_contention_counts_to_measure():
-    from yatt.profiling.profile import Points
+    from yatt.profiling.points import Points
 
     exps = [load_experiment(DEMO)]
     assert Points().busy_counts(exps, "cpu") == tuple(range(2, exps[0].cluster.num_gpus + 1))
@@ -241,7 +241,8 @@ def test_contention_counts_to_measure():
 def test_group_and_sync_counts_to_measure():
     """DP groups: what a TP=1 trainer gets on the experiments' clusters (none in the smoke
     set); weight sync: 1 .. the cluster's engines."""
-    from yatt.profiling.profile import Points, sync_counts
+    from yatt.profiling.points import Points
+    from yatt.profiling.ray_tables import sync_counts
 
     exps = [load_experiment(DEMO)]
     n = exps[0].cluster.num_gpus

@@ -15,7 +15,8 @@ from yatt.planner.coverage import missing_terms
 from yatt.planner.hostscale import HostProbe
 from yatt.planner.profile_io import load_profile
 from yatt.profiling.carry import carried, lacks, measured_ratios
-from yatt.profiling.profile import Points, ray_needs
+from yatt.profiling.points import Points
+from yatt.profiling.ray_tables import ray_needs
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "demo-cpu.yaml"] + sorted((ROOT / "configs" / "fidelity").glob("*.yaml"))

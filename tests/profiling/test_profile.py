@@ -29,7 +29,7 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     from yatt.planner.profiled import ProfiledCostModel, cost_model_for
     from yatt.planner.search import search
     from yatt.profiling.carry import measured_ratios
-    from yatt.profiling.profile import Points
+    from yatt.profiling.points import Points
 
     out = tmp_path / "p.yaml"
     assert main(["profile", str(DEMO), "--device", "cpu", "--quick", "-o", str(out),

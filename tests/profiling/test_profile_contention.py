@@ -23,7 +23,7 @@ def test_contention_benchmark_times_every_op_for_each_count():
     pytest.importorskip("megatron.core")
     from yatt.profiling import microbench as mb
     from yatt.profiling import microbench_ray as mbr
-    from yatt.profiling.profile import measure_contention
+    from yatt.profiling.ray_tables import measure_contention
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     mb.prepare("cpu")
@@ -71,7 +71,7 @@ def test_weight_sync_and_genrm_contention_run_on_real_engine_actors():
     pytest.importorskip("vllm")
     from yatt.profiling import microbench as mb
     from yatt.profiling import microbench_engines as mbe
-    from yatt.profiling.profile import engine_contention
+    from yatt.profiling.ray_tables import engine_contention
 
     exp = load_experiment(ROOT / "configs" / "demo-cpu.yaml")
     ticks = []

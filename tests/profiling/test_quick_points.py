@@ -14,7 +14,9 @@ import pytest
 from yatt.core.config import load_experiment
 from yatt.planner.coverage import missing_terms
 from yatt.planner.profile_io import load_profile
-from yatt.profiling.profile import Points, _joins, models_to_measure, sync_counts
+from yatt.profiling.points import Points, models_to_measure
+from yatt.profiling.profile import _joins
+from yatt.profiling.ray_tables import sync_counts
 
 ROOT = Path(__file__).resolve().parents[2]
 CONFIGS = [ROOT / "configs" / "demo-cpu.yaml"] + sorted((ROOT / "configs" / "fidelity").glob("*.yaml"))

@@ -68,7 +68,9 @@ def profile_command(args: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from yatt.profiling.carry import lacks
-    from yatt.profiling.profile import Points, models_to_measure, profile_experiments, ray_needs
+    from yatt.profiling.points import Points, models_to_measure
+    from yatt.profiling.profile import profile_experiments
+    from yatt.profiling.ray_tables import ray_needs
     from yatt.planner.profile_io import save_profile
 
     pts = Points.smoke() if args.smoke else Points.quick() if args.quick else Points()

@@ -17,7 +17,7 @@ from yatt.core.roles import Mode
 
 from .profile_io import ModelTables, Profile
 
-MAX_GROUP = 4   # the largest TP / DP group a profile times (yatt.profiling.profile.MAX_TP_MEASURED)
+MAX_GROUP = 4   # the largest TP / DP group a profile times (yatt.profiling.points.MAX_TP_MEASURED)
 
 
 def _engine_terms(name: str, m: ModelTables, contention: Optional[tuple]) -> list[str]:

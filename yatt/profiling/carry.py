@@ -31,7 +31,7 @@ from yatt.planner.profile_io import ModelTables, Profile, ProfileTables
 
 @dataclass(frozen=True)
 class RayNeeds:
-    """The Ray-path terms a profile of some experiments measures (`profile.ray_needs`)."""
+    """The Ray-path terms a profile of some experiments measures (`ray_tables.ray_needs`)."""
 
     ray: bool                           # any Ray-path term at all
     streams: bool                       # the stream hand-off
