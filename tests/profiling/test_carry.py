@@ -74,7 +74,9 @@ def test_a_base_without_a_term_names_it(exps, base):
     assert lacks(dataclasses.replace(base, tables=None), need, "cpu") == ("cpu tables",)
     # a model the base never measured
     other = dataclasses.replace(t, models={k: m for k, m in t.models.items() if k != "tiny-genrm"})
-    assert "tiny-genrm: engine.call" in lacks(dataclasses.replace(base, tables=other), need, "cpu")
+    assert "tiny-genrm: engine.contention" in lacks(dataclasses.replace(base, tables=other), need, "cpu")
+    full = ray_needs(exps, Points(), "cpu")
+    assert "tiny-genrm: engine.call" in lacks(dataclasses.replace(base, tables=other), full, "cpu")
     # without Ray (the smoke set) nothing is taken from a base
     assert lacks(stripped, ray_needs(exps, Points.smoke(), "cpu"), "cpu") == ()
 
@@ -148,4 +150,27 @@ def test_a_model_of_a_measured_shape_under_another_name_takes_that_entrys_terms(
     assert models["my-judge"].engine.call   # the base's engine calls, carried
     # a shape the base never measured is still lacking
     odd = dataclasses.replace(renamed, actor=dataclasses.replace(renamed.actor, layers=renamed.actor.layers + 1))
-    assert "my-actor: every table" in lacks(base, ray_needs([odd], Points.quick(), "cpu"), "cpu")
+    assert "my-actor: sync" in lacks(base, ray_needs([odd], Points.quick(), "cpu"), "cpu")
+    assert "my-actor: every table" in lacks(base, ray_needs([odd], Points(), "cpu"), "cpu")
+
+
+def test_the_quick_set_needs_no_trainer_groups_or_engine_calls_from_its_base(exps, base):
+    """It measures those itself (`Points.own_ray`): a base without them still serves it,
+    and a set that would carry them (own_ray off) names them."""
+    t = base.tables
+    bare = dataclasses.replace(base, tables=dataclasses.replace(t, models={
+        k: dataclasses.replace(m, train_tp=(), train_dp=(),
+                               engine=m.engine and dataclasses.replace(m.engine, call=()))
+        for k, m in t.models.items()}))
+    quick = ray_needs(exps, Points.quick(), "cpu")
+    assert quick.own and lacks(bare, quick, "cpu") == ()
+    carrying = dataclasses.replace(quick, own=False)
+    got = set(lacks(bare, carrying, "cpu"))
+    assert {"tiny-actor: train_tp", "tiny-actor: train_dp", "tiny-actor: engine.call",
+            "tiny-genrm: engine.call"} <= got
+    # what a base must still have: weight sync to engines and each GenRM's own contention
+    no_sync = dataclasses.replace(bare, tables=dataclasses.replace(bare.tables, models={
+        k: dataclasses.replace(m, sync=(), engine=m.engine and dataclasses.replace(m.engine, contention=()))
+        for k, m in bare.tables.models.items()}))
+    got = set(lacks(no_sync, quick, "cpu"))
+    assert {"tiny-actor: sync", "tiny-genrm: engine.contention"} <= got

@@ -14,7 +14,8 @@ much slower or faster this host ran the tables both profiles measured (the same 
 real work, a closer match for those terms than the probe's loop); a base that lacks any
 of them is not used (`lacks` says what), and every term is measured. The quick set then
 measures the trainer groups and engine calls itself (`Points.own_ray`, replacing the
-carried ones: they did not move with the tables between two hosts). A model the base
+carried ones: they did not move with the tables between two hosts), so a base without
+them still serves it (`RayNeeds.own`). A model the base
 measured under another name but with the same shape (`ModelSpec.shape_key`) takes that
 entry's Ray-path terms: the same work, whatever the checkpoint is called.
 """
@@ -40,6 +41,9 @@ class RayNeeds:
     actors: tuple[tuple[str, tuple[int, ...], tuple[int, ...], tuple[int, ...]], ...]
     genrms: tuple[str, ...]             # GenRM engines measured on their own
     shapes: tuple[tuple[str, str], ...] = ()   # (name, ModelSpec.shape_key) of each model
+    # the trainer groups and engine calls are measured here (`Points.own_ray`), so a base
+    # need not have them
+    own: bool = False
 
 
 def _entry(t: ProfileTables, name: str, shape: str) -> Optional[ModelTables]:
@@ -67,17 +71,18 @@ def lacks(base: Profile, need: RayNeeds, device: str) -> tuple[str, ...]:
     for name, tp, dp, sync in need.actors:
         m = _entry(t, name, shape.get(name, ""))
         if m is None:
-            out.append(f"{name}: every table")
+            out.append(f"{name}: sync" if need.own else f"{name}: every table")
             continue
-        out += [f"{name}: {k}" for k, sizes in (("train_tp", tp), ("train_dp", dp), ("sync", sync))
+        groups = () if need.own else (("train_tp", tp), ("train_dp", dp))
+        out += [f"{name}: {k}" for k, sizes in groups + (("sync", sync),)
                 if set(sizes) - {int(row[0]) for row in getattr(m, k)}]
-        if m.engine is None or not m.engine.call:
+        if not need.own and (m.engine is None or not m.engine.call):
             out.append(f"{name}: engine.call")
     for name in need.genrms:
         g = _entry(t, name, shape.get(name, ""))
-        if g is None or g.engine is None or not g.engine.call:
+        if not need.own and (g is None or g.engine is None or not g.engine.call):
             out.append(f"{name}: engine.call")
-        elif busy - {int(b) for b, _ in g.engine.contention}:
+        elif busy - ({int(b) for b, _ in g.engine.contention} if g and g.engine else set()):
             out.append(f"{name}: engine.contention")
     return tuple(out)
 

@@ -114,7 +114,8 @@ def ray_needs(exps: Sequence[Experiment], pts: Points, device: str) -> carry.Ray
                      for e in actors),
         genrms=tuple(e.genrm.name for e in genrms),
         shapes=tuple((m.name, m.shape_key) for m in
-                     [e.actor for e in actors] + [e.genrm for e in genrms]))
+                     [e.actor for e in actors] + [e.genrm for e in genrms]),
+        own=pts.own_ray)
 
 def own_ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
                     models: dict) -> dict:
