@@ -19,7 +19,6 @@ Tick = Callable[[str], None]
 
 
 @dataclass(frozen=True)
-
 class Points:
     """Where to measure: the full set (the shipped profile), `quick()` (users re-profiling a
     host) or `smoke()` (tests)."""
@@ -129,6 +128,7 @@ class Points:
         return (per_actor * actors + per_engine * genrms + ray
                 + (busy + 1 + genrms if busy else 0) + tps)
 
+
 MAX_CONTENTION_BUSY = 4
 MAX_TP_MEASURED = 4
 
@@ -145,9 +145,11 @@ def models_to_measure(exps: Sequence[Experiment]) -> tuple[list, list]:
             genrms.setdefault(e.genrm.name, e)
     return list(actors.values()), list(genrms.values())
 
+
 def with_engine(m: ModelTables, **fields) -> ModelTables:
     """`m` with these fields of its engine table replaced."""
     return dataclasses.replace(m, engine=dataclasses.replace(m.engine, **fields))
+
 
 def table_points(points) -> tuple[tuple[float, float], ...]:
     """(count, seconds) pairs as a profile table stores them."""

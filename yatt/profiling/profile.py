@@ -27,6 +27,7 @@ from yatt.planner.profile_io import EngineTable, ModelTables, Profile, ProfileTa
 from . import carry, ray_tables
 from .points import Points, Tick, models_to_measure
 
+
 def _engine_table(bench) -> EngineTable:
     return EngineTable(start_s=round(bench.start_s, 4), stop_s=round(bench.stop_s, 4),
                        decode=tuple((float(b), float(c), round(t, 6)) for b, c, t in bench.decode),
@@ -36,14 +37,15 @@ def _engine_table(bench) -> EngineTable:
                        restart=tuple((float(k), round(a, 4), round(b, 4))
                                      for k, a, b in bench.restart))
 
+
 def _joins(points, max_num_seqs: int) -> tuple[tuple[int, int, int], ...]:
     """The join points that fit the engine's batch limit."""
     return tuple(p for p in points if p[0] + p[1] <= max_num_seqs)
 
 
 # the executor's engines hold 512 tokens (runner.py); leave room for the prompt
-
 STOP_CAP_MAX = 448
+
 
 def stop_cap(exps: Sequence[Experiment], actor: str) -> int:
     """The budget for measuring an actor's stop lengths: the largest response budget any of
@@ -51,6 +53,7 @@ def stop_cap(exps: Sequence[Experiment], actor: str) -> int:
     STOP_CAP_MAX."""
     return min(STOP_CAP_MAX, max(e.workload.response_len.upper() for e in exps
                                  if e.actor.name == actor))
+
 
 def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int,
                   cap: int) -> ModelTables:
@@ -92,6 +95,7 @@ def _actor_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                        weight_sync_s=round(sd_s + upd_s, 6), micro_batch_tokens=mbt,
                        stop_len=tuple(sorted(stops)), stop_cap=cap, shape=exp.actor.shape_key)
 
+
 def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, seed: int) -> ModelTables:
     from yatt.profiling import microbench as mb
 
@@ -105,6 +109,7 @@ def _genrm_tables(exp: Experiment, device: str, pts: Points, rng, tick: Tick, se
                                 passes=pts.passes,
                                 join_points=_joins(pts.join, eng.genrm_max_num_seqs))
     return ModelTables(engine=_engine_table(gbench), shape=exp.genrm.shape_key)
+
 
 def profile_experiments(exps: Sequence[Experiment], device: str, points: Optional[Points] = None,
                         tick: Optional[Tick] = None, seed: int = 0,

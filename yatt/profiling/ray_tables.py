@@ -21,6 +21,7 @@ from yatt.planner.profile_io import Contention
 from . import carry
 from .points import MAX_TP_MEASURED, Points, Tick, models_to_measure, table_points, with_engine
 
+
 def _group_table(exp: Experiment, device: str, pts: Points, sizes: Sequence[int], tick: Tick,
                  seed: int, dp: bool) -> tuple[tuple[float, float, float, float], ...]:
     """(size, batch, seq, s) for each TP size (or, with `dp`, each DP size at TP=1) in
@@ -38,11 +39,13 @@ def _group_table(exp: Experiment, device: str, pts: Points, sizes: Sequence[int]
         tick(f"{exp.actor.name}: train {'DP' if dp else 'TP'}={n}")
     return tuple(out)
 
+
 def sync_counts(exps: Sequence[Experiment], actor: str) -> tuple[int, ...]:
     """Rollout engine counts to time weight sync to: 1 .. the largest cluster of the
     experiments with this actor (one TP=1 engine per device), at most MAX_TP_MEASURED."""
     top = max((e.cluster.num_gpus for e in exps if e.actor.name == actor), default=1)
     return tuple(range(1, min(MAX_TP_MEASURED, top) + 1))
+
 
 def _sync_table(exp: Experiment, exps: Sequence[Experiment], device: str, pts: Points,
                 tick: Tick, seed: int) -> tuple[tuple[float, float], ...]:
@@ -55,6 +58,7 @@ def _sync_table(exp: Experiment, exps: Sequence[Experiment], device: str, pts: P
                         max(3, pts.reps * pts.passes), exp.engine.max_num_seqs,
                         exp.engine.gpu_memory_utilization, exp.algo.micro_batch_tokens, tick)
     return table_points(zip(counts, ts))
+
 
 def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
                       tick: Optional[Tick] = None, seed: int = 0
@@ -73,6 +77,7 @@ def engine_contention(exp: Experiment, device: str, busy: Sequence[int], rounds:
         tick(f"{exp.genrm.name}: engine contention")
     return tuple((float(n), round(float(statistics.median(
         [a / b for a, b in zip(t[n], t[1]) if b > 0] or [1.0])), 4)) for n in busy)
+
 
 def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds: int,
                        tick: Optional[Tick] = None, seed: int = 0) -> tuple[Contention, ...]:
@@ -103,6 +108,7 @@ def measure_contention(exp: Experiment, device: str, busy: Sequence[int], rounds
         tick(f"contention: {n} devices busy")
     return tuple(out)
 
+
 def ray_needs(exps: Sequence[Experiment], pts: Points, device: str) -> carry.RayNeeds:
     """What `profile_experiments` measures through Ray for `exps` with `pts`."""
     actors, genrms = models_to_measure(exps)
@@ -117,8 +123,9 @@ def ray_needs(exps: Sequence[Experiment], pts: Points, device: str) -> carry.Ray
                      [e.actor for e in actors] + [e.genrm for e in genrms]),
         own=pts.own_ray)
 
+
 def own_ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
-                    models: dict) -> dict:
+                   models: dict) -> dict:
     """`models` with the Ray-path tables that are each model's own work on this host: the
     trainer's TP / DP group steps and every engine's call overhead. Inside a Ray session."""
     from yatt.profiling import microbench as mb
@@ -149,8 +156,9 @@ def own_ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: T
                                     judge=judge, seed=seed, tick=tick)))
     return models
 
+
 def ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: Tick, seed: int,
-                models: dict, load0: float) -> tuple[dict, dict, str]:
+               models: dict, load0: float) -> tuple[dict, dict, str]:
     """(models with their Ray-path tables, the host-wide ProfileTables fields, "") measured
     through Ray: TP / DP groups, weight sync to engine actors, round trips, transfers, the
     stream hand-off, engine call overheads and host contention."""
