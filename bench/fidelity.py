@@ -42,10 +42,11 @@ Three a-priori columns over the same runs (`columns` per case, `column_summary`)
             (`yatt.planner.hostscale`: what `yatt plan|run` do before predicting); the run's
             plan is the one planned with it, as `yatt run` plans
   quick     a fresh `yatt profile --quick` of the workloads, made at the start of the bench
-            (its wall time and whether it covers every term are recorded), rescaled by the
-            same probe before the run, as `yatt run --profile` rescales any profile: the
-            quick profile's own probe says how fast the host ran while it was measured
-            (`quick_as_is_err` per case: the quick profile as it is, a diagnostic)
+            (its wall time and whether it covers every term are recorded), put to the same
+            probe before the run as `yatt run --profile` puts any profile: made on this
+            machine since its boot, it stays as measured while the probe's ratio to its own
+            stays inside the band (`hostscale.own_drift`), and is rescaled past it
+            (`quick_rescaled` per case; `quick_as_is_err`: the quick profile as it is)
 Each column predicts the same run's plan; per column the bench also records the plan its
 own search picks and the mode it prefers. `run_line_err` per case is what `yatt run`'s own
 predicted-vs-measured line reads for that run: the run's measured lengths replayed with the
@@ -244,16 +245,16 @@ def _probe_parts(seconds: float) -> list:
 
 
 def rescaled_profile(profile, before: list):
-    """`profile` rescaled to the host probe `before` (a list of [python s, matmul s]) as
-    `yatt plan|run` rescale it; None where the profile or the probe cannot say."""
-    from yatt.planner.hostscale import HostProbe, host_ratios, rescale_profile
+    """(`profile` as `yatt plan|run` predict with it after timing the host probe `before` (a
+    list of [python s, matmul s]) on this machine, the ratios applied); (None, None) where
+    the profile or the probe cannot say, (profile, None) where the host check keeps it as
+    measured (made on this machine, inside its drift band)."""
+    from yatt.planner.hostscale import HostProbe, for_host
+    from yatt.profiling.hostcheck import machine_id
 
     if not before or profile.tables is None:
         return None, None
-    now = HostProbe(python_s=statistics.median(a for a, _ in before),
-                    matmul_s=statistics.median(b for _, b in before))
-    r = host_ratios(profile.tables, now)
-    return (None, None) if r is None else (rescale_profile(profile, r, now), r)
+    return for_host(profile, HostProbe.from_parts(before, machine_id()))
 
 
 def _column(plan, name: str, mode, profile, engine_tp: int, meas, keep, steps: int, seed: int,
@@ -296,7 +297,7 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
     else:
         before, after = ([], []) if reuse else (_probe_parts(PROBE_S), [])
     rescaled, ratios = rescaled_profile(profile, before)
-    quick_now = rescaled_profile(quick, before)[0] if quick is not None else None
+    quick_now, quick_r = rescaled_profile(quick, before) if quick is not None else (None, None)
     if rescaled_out is not None:
         rescaled_out[(name, mode.value)] = {"rescaled": rescaled, "quick": quick_now or quick}
     # the run's plan: as `yatt run` plans it (the rescaled profile where the probe allows)
@@ -335,8 +336,10 @@ def run_case(name: str, mode, profile, steps: int, seed: int, reuse: bool = Fals
             columns[col], costs[col] = _column(plan, name, mode, prof, engine_tp, meas, keep,
                                                steps, seed, meas_step)
     if quick_now is not None:
-        columns["quick"]["quick_as_is_err"] = _column(plan, name, mode, quick, engine_tp, meas,
-                                                      keep, steps, seed, meas_step)[0]["err"]
+        columns["quick"]["quick_rescaled"] = quick_r is not None
+        columns["quick"]["quick_as_is_err"] = (
+            _column(plan, name, mode, quick, engine_tp, meas, keep, steps, seed, meas_step)[0]["err"]
+            if quick_r is not None else columns["quick"]["err"])
     rep = replay(meas, costs["as_is"])   # the replay diagnostic: the profile as it is
     # `yatt run`'s own predicted-vs-measured line: a replay of the run's lengths with the
     # profile its host check rescaled (the rescaled column's), median step against median

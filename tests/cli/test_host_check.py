@@ -218,3 +218,40 @@ def test_run_report_says_when_too_few_steps_to_be_steady(tmp_path):
         assert line.endswith(f"; {steps} steps: the first ones still warm up, --steps "
                              f"{STEADY_STEPS} or more compares steady steps") is hint, line
         assert "; median step " in line, line
+
+
+def test_machine_id_names_this_boot_and_the_probe_carries_it(monkeypatch, tmp_path):
+    from yatt.profiling import hostcheck
+
+    me = hostcheck.machine_id()
+    assert me == hostcheck.machine_id()          # stable on one machine and boot
+    if hostcheck.BOOT_ID.is_file():
+        assert len(me) == 16 and int(me, 16) >= 0
+    pytest.importorskip("torch")
+    assert hostcheck.measure(0.05).host_id == me
+    # a system that does not say which boot this is: no id, so every profile is another host's
+    monkeypatch.setattr(hostcheck, "BOOT_ID", tmp_path / "missing")
+    assert hostcheck.machine_id() == ""
+
+
+def test_a_profile_made_on_the_runs_machine_is_kept_inside_the_band():
+    """A trace whose run timed the probe on the profile's own machine and boot: inside the
+    band the profile stays as measured (its drift is printed, not applied); past it, or on
+    another machine, the profile is rescaled to the run's host as before."""
+    from yatt.planner.hostscale import HostProbe
+    from yatt.profiling.hostcheck import check_recorded
+
+    prof = load_profile(SHIPPED)
+    t = prof.tables
+    here = dataclasses.replace(prof, tables=dataclasses.replace(t, host_id="feedc0de00000001"))
+    drift = HostProbe(python_s=t.host_probe_python_s * 1.1, matmul_s=t.host_probe_matmul_s,
+                      host_id="feedc0de00000001")
+    got = check_recorded(here, drift)
+    assert got.profile is here and got.ratios is None and got.note == ""
+    assert len(got.lines) == 1 and "one machine and boot" in got.lines[0]
+    far = dataclasses.replace(drift, python_s=t.host_probe_python_s * 1.5)
+    other = dataclasses.replace(drift, host_id="feedc0de00000002")
+    for probe in (far, other):
+        moved = check_recorded(here, probe)
+        assert moved.ratios is not None and moved.profile is not here
+        assert "rescaled to the run's host" in moved.note

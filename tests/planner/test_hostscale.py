@@ -3,7 +3,8 @@ here. Every measured term but an engine's teardown follows the probe's Python pa
 matmul part does not move the tables of the small models a CPU profile measures; teardown is
 kernel work and stays); a profile with only the whole probe rescales the same terms by that
 one ratio;
-ratios and counts stay; the band's message names the refresh command."""
+ratios and counts stay; the band's message names the refresh command; a profile made on
+the probing machine and boot stays as measured while the probe is inside the band."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +19,11 @@ from yatt.planner.hostscale import (
     HOST_RATIO_BAND,
     HostProbe,
     HostRatios,
+    drift_line,
+    for_host,
     host_line,
     host_ratios,
+    own_drift,
     refresh_command,
     rescale_profile,
     stale_line,
@@ -192,3 +196,54 @@ def test_a_probe_recorded_in_a_trace_reads_back():
     for extra in ({}, {RECORD_KEYS[0]: 0.003}, {RECORD_KEYS[0]: "x", RECORD_KEYS[1]: 0.01},
                   {RECORD_KEYS[0]: 0.0, RECORD_KEYS[1]: 0.01}, {RECORD_KEYS[0]: None, RECORD_KEYS[1]: 1}):
         assert HostProbe.from_record(extra) is None, extra
+
+
+def test_a_host_id_recorded_in_a_trace_reads_back():
+    from yatt.planner.hostscale import HOST_ID_KEY
+
+    p = HostProbe(python_s=0.003, matmul_s=0.011, host_id="0123456789abcdef")
+    rec = p.record()
+    assert rec[HOST_ID_KEY] == p.host_id and HostProbe.from_record(rec) == p
+    # a probe of an unknown machine records no id; a broken id reads back as unknown
+    assert HOST_ID_KEY not in HostProbe(0.003, 0.011).record()
+    assert HostProbe.from_record({**rec, HOST_ID_KEY: 7}).host_id == ""
+
+
+ME = "feedc0de00000001"
+
+
+@pytest.mark.parametrize("profile_id,probe_id,py_ratio,kept", [
+    (ME, ME, 1.0, True),                     # the same machine, the same speed
+    (ME, ME, 1.15, True),                    # its own drift, inside the band
+    (ME, ME, 1 / 1.15, True),
+    (ME, ME, HOST_RATIO_BAND * 1.05, False),  # past the band: rescaled (not drift any more)
+    (ME, ME, 0.8, False),
+    (ME, "feedc0de00000002", 1.0, False),    # another machine or boot: rescaled
+    ("", "", 1.0, False),                    # ids not recorded: another host
+    ("", ME, 1.0, False),                    # the shipped profile on any machine
+])
+def test_own_drift_keeps_a_profile_made_here_as_measured(profile_id, probe_id, py_ratio, kept):
+    prof = _profile()
+    prof = dataclasses.replace(prof, tables=dataclasses.replace(prof.tables, host_id=profile_id))
+    now = HostProbe(python_s=PY * py_ratio, matmul_s=MM, host_id=probe_id)
+    r = host_ratios(prof.tables, now)
+    assert own_drift(prof.tables, now, r) is kept
+    got, applied = for_host(prof, now)
+    if kept:
+        assert got is prof and applied is None
+        line = drift_line(r)
+        assert f"interpreter x{py_ratio:.2f}" in line and "as measured" in line
+    else:
+        assert applied == r
+        eng = got.tables.models["tiny-actor"].engine
+        assert eng.start_s == pytest.approx(2.0 * r.interpreter, abs=1e-6)
+        # the rescaled profile is this host's now: the same probe again changes nothing
+        assert got.tables.host_id == probe_id
+        assert for_host(got, now)[0].tables == got.tables
+
+
+def test_for_host_without_a_probe_keeps_the_profile():
+    prof = _profile()
+    assert for_host(prof, None) == (prof, None)
+    eff_only = dataclasses.replace(prof, tables=None)
+    assert for_host(eff_only, HostProbe(PY, MM)) == (eff_only, None)

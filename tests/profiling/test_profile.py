@@ -49,6 +49,9 @@ def test_quick_profile_of_the_demo(tmp_path, capsys):
     assert all(0 <= n <= actor.stop_cap for n in actor.stop_len)
     assert genrm.engine is not None and len(genrm.engine.decode) == len(quick.decode)
     assert t.host_probe_s > 0 and t.host_probe_python_s > 0 and t.host_probe_matmul_s > 0
+    # and the machine it measured on: the host check keeps it as measured here (own drift)
+    from yatt.profiling.hostcheck import machine_id
+    assert t.host_id == machine_id()
     # the host-wide Ray-path terms: the shipped profile's, times how much slower this host
     # ran the tables both profiles measured (interpreter-bound: round trip, sync)
     base = load_profile(SHIPPED)

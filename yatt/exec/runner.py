@@ -125,7 +125,7 @@ def run_plan(plan: Plan, *, steps: int, out_dir: Path, seed: int = 0, progress: 
              resume: bool = False, log: Optional[Callable[[str], None]] = None,
              job: Optional[Job] = None,
              reward_fn: Optional[Callable[..., Any]] = None,
-             host_probe: Optional[Mapping[str, float]] = None) -> Trace:
+             host_probe: Optional[Mapping[str, Any]] = None) -> Trace:
     """Run `steps` RL steps of `plan`; write the run directory; return the measured Trace.
 
     out_dir gets trace.jsonl, timeline.json, metrics.csv, plan.yaml, run.json and

@@ -360,12 +360,12 @@ def at_trace_host(profile: Profile, trace: Trace) -> Profile:
     """`profile` rescaled to the host speed its run recorded (the host probe `yatt run`
     times before a run, in the trace's meta), as the planner rescales it before predicting;
     as it is where either lacks the probe. Without this, a fit to the trace would take a
-    host faster or slower than at profile time for less or more contention."""
-    from .hostscale import HostProbe, host_ratios, rescale_profile
+    host faster or slower than at profile time for less or more contention; as it is, too,
+    where the run was on the profile's own machine and boot within its drift
+    (`hostscale.own_drift`), as the planner keeps it."""
+    from .hostscale import HostProbe, for_host
 
-    now = HostProbe.from_record(trace.meta.extra)
-    r = host_ratios(profile.tables, now) if now is not None and profile.tables else None
-    return profile if r is None else rescale_profile(profile, r, now)
+    return for_host(profile, HostProbe.from_record(trace.meta.extra))[0]
 
 
 def calibrate_contention(profile: Profile, traces: Sequence[Trace], skip_steps: int = 1) -> Profile:

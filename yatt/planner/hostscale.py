@@ -51,30 +51,37 @@ from .profile_io import EngineTable, ModelTables, Profile, ProfileTables
 # with margin, while the 11-15% of another machine of the same kind stays a rescale.
 HOST_RATIO_BAND = 1.18
 
-# the trace meta keys of the probe timed before a run
+# the trace meta keys of the probe timed before a run, and of the machine it was timed on
 RECORD_KEYS = ("host_probe_python_s", "host_probe_matmul_s")
+HOST_ID_KEY = "host_id"
 
 
 @dataclass(frozen=True)
 class HostProbe:
-    """The host probe timed now: medians of its two parts, seconds."""
+    """The host probe timed now: medians of its two parts, seconds, and the machine (and
+    boot) it was timed on (`yatt.profiling.hostcheck.machine_id`; '' = not known)."""
 
     python_s: float
     matmul_s: float
+    host_id: str = ""
 
     @property
     def total_s(self) -> float:
         return self.python_s + self.matmul_s
 
     @classmethod
-    def from_parts(cls, parts: Sequence[tuple[float, float]]) -> "HostProbe":
-        """The medians of the probe's (Python, matmul) samples."""
+    def from_parts(cls, parts: Sequence[tuple[float, float]], host_id: str = "") -> "HostProbe":
+        """The medians of the probe's (Python, matmul) samples timed on `host_id`."""
         return cls(python_s=statistics.median(a for a, _ in parts),
-                   matmul_s=statistics.median(b for _, b in parts))
+                   matmul_s=statistics.median(b for _, b in parts), host_id=host_id)
 
-    def record(self) -> dict[str, float]:
+    def record(self) -> dict[str, Any]:
         """The fields a run's trace keeps (`exec.runner.run_plan(host_probe=...)`)."""
-        return {RECORD_KEYS[0]: round(self.python_s, 6), RECORD_KEYS[1]: round(self.matmul_s, 6)}
+        out: dict[str, Any] = {RECORD_KEYS[0]: round(self.python_s, 6),
+                               RECORD_KEYS[1]: round(self.matmul_s, 6)}
+        if self.host_id:
+            out[HOST_ID_KEY] = self.host_id
+        return out
 
     @classmethod
     def from_record(cls, extra: Mapping[str, Any]) -> Optional["HostProbe"]:
@@ -83,7 +90,9 @@ class HostProbe:
             a, b = (float(extra[k]) for k in RECORD_KEYS)
         except (KeyError, TypeError, ValueError):
             return None
-        return cls(python_s=a, matmul_s=b) if a > 0 and b > 0 else None
+        host = extra.get(HOST_ID_KEY)
+        return (cls(python_s=a, matmul_s=b, host_id=host if isinstance(host, str) else "")
+                if a > 0 and b > 0 else None)
 
 
 
@@ -116,6 +125,19 @@ def host_ratios(tables: ProfileTables, now: HostProbe) -> Optional[HostRatios]:
         return HostRatios(whole=whole, interpreter=py, compute=py,
                           matmul=now.matmul_s / tables.host_probe_matmul_s)
     return HostRatios(whole=whole, interpreter=whole, compute=whole)
+
+
+def own_drift(tables: ProfileTables, now: HostProbe, r: HostRatios,
+              band: float = HOST_RATIO_BAND) -> bool:
+    """Whether `now` was timed on the machine, in the boot, that made the profile and its
+    ratios stay inside the band: then they are this host's own drift, which the profile's
+    tables (medians over minutes of measuring) average better than a few seconds of probe
+    do, and the profile is kept as measured. On one shared VM the probe's 3-second windows
+    followed the train step's speed at a correlation of 0.2-0.6 (bench/host_speed.py), and
+    rescaling a quick profile made there minutes before the runs by them took its median
+    error from 5.9% to 28% (docs/fidelity.md). A shift past the band is rescaled: it is no
+    longer drift."""
+    return bool(tables.host_id) and tables.host_id == now.host_id and not r.outside_band(band)
 
 
 def _rows(rows: tuple, r: float) -> tuple:
@@ -156,13 +178,32 @@ def rescale_profile(profile: Profile, r: HostRatios, now: HostProbe,
         models={name: _model(m, r) for name, m in t.models.items()},
         host_probe_s=round(now.total_s, 6),
         host_probe_python_s=round(now.python_s, 6) if r.split else 0.0,
-        host_probe_matmul_s=round(now.matmul_s, 6) if r.split else 0.0)
+        host_probe_matmul_s=round(now.matmul_s, 6) if r.split else 0.0, host_id=now.host_id)
     e: Efficiency = profile.efficiency
     # switch_overhead_s is the measured teardown (`yatt profile`): as measured, too
     eff = dataclasses.replace(e, engine_start_s=e.engine_start_s * r.interpreter,
                               sync_overhead_s=e.sync_overhead_s * r.interpreter)
     return dataclasses.replace(profile, tables=tables, efficiency=eff,
                                source=f"{profile.source}; {ratio_text(r, where)}")
+
+
+def drift_line(r: HostRatios) -> str:
+    """One line: the profile was made on this machine and the probe's ratio is its drift."""
+    return (f"host check: the profile was made on this machine since its last boot; the probe "
+            f"ran in {r.whole:.2f}x its profile-time seconds (interpreter x{r.interpreter:.2f}), "
+            f"this host's own drift, inside x{1 / HOST_RATIO_BAND:.2f}-x{HOST_RATIO_BAND:.2f}: "
+            f"the profile's times as measured")
+
+
+def for_host(profile: Profile, now: Optional[HostProbe]) -> tuple[Profile, Optional[HostRatios]]:
+    """(`profile` as `yatt plan|run` predict with it on the host that timed `now`, the ratios
+    applied): rescaled, or as measured with None where the profile or `now` has no probe or
+    `now` is the profile's own machine drifting (`own_drift`)."""
+    t = profile.tables
+    r = host_ratios(t, now) if now is not None and t is not None else None
+    if r is None or own_drift(t, now, r):
+        return profile, None
+    return rescale_profile(profile, r, now), r
 
 
 def ratio_text(r: HostRatios, where: str = "this host") -> str:

@@ -14,6 +14,7 @@ the same small YAML file, so every consumer reads one format:
       host_probe_s: 0.0146        # the host-speed probe then (`yatt.planner.hostscale`);
       host_probe_python_s: 0.005  # its interpreter and matmul parts (optional)
       host_probe_matmul_s: 0.009
+      host_id: 3f2a9c0d41e7b2c8  # the machine and boot measured on (optional)
       transfer: [[bytes, seconds], ...]   # optional: a state dict through Ray's object store
       contention:                 # optional: several devices of one host busy at once
         - {busy: 2, reload: 1.3, offload: 1.1, decode: 1.4, logprob: 1.3, train: 1.4}
@@ -230,6 +231,11 @@ class ProfileTables:
     host_probe_matmul_s: float = spec_field(
         0.0, ge=0, le=MAX_SECONDS, help="the probe's matmul part alone, median (the host's compute "
                         "speed; 0 = not measured)")
+    host_id: str = spec_field(
+        "", help="the machine and boot the profile was measured on (a hash: "
+                 "`yatt.profiling.hostcheck.machine_id`); the host check keeps a profile "
+                 "made on this machine as measured while the probe stays inside its band "
+                 "('' = not recorded)")
 
     def timing_for(self, model: ModelSpec) -> Optional[tuple[str, ModelTables]]:
         """(name, tables) whose timings price `model`: its own entry, else the entry of a model

@@ -10,20 +10,27 @@ was skipped. `--no-host-check`, or YATT_HOST_CHECK=off in the environment (the t
 keeps the profile as measured: reproducible planning. `yatt replay` of a measured trace
 that recorded the probe its run timed (`yatt run` records it) rescales to that run's host
 instead (`check_recorded`): a replay re-simulates the recorded run, so the cost model
-belongs at the speed that run had, not at this host's.
+belongs at the speed that run had, not at this host's. A profile made on this machine since
+its last boot (`machine_id`, recorded by `yatt profile`) is kept as measured while the
+probe stays inside the band (`hostscale.own_drift`): the ratio is then this host's own
+drift, printed, not applied.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from yatt.core.errors import InputError
 from yatt.planner.hostscale import (
     HostProbe,
     HostRatios,
+    drift_line,
     host_line,
     host_ratios,
+    own_drift,
     ratio_text,
     rescale_profile,
     stale_line,
@@ -51,6 +58,26 @@ class HostCheck:
         return ratio_text(self.ratios, self.where) if self.ratios is not None else ""
 
 
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def machine_id() -> str:
+    """A short hash of this machine's boot id and CPU model: the same between two calls on
+    one machine until it reboots, different on another machine or VM; '' where the system
+    does not say (not Linux), so a profile is then always treated as another host's."""
+    try:
+        boot = BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+    try:
+        cpu = next((line.split(":", 1)[1].strip() for line in CPUINFO.read_text().splitlines()
+                    if line.startswith("model name")), "")
+    except OSError:
+        cpu = ""
+    return hashlib.sha256(f"{boot}|{cpu}".encode()).hexdigest()[:16] if boot else ""
+
+
 def enabled_by_env() -> bool:
     """Whether YATT_HOST_CHECK allows the check (unset: on)."""
     v = os.environ.get(ENV, "on").strip().lower()
@@ -75,7 +102,7 @@ def measure(seconds: float = CHECK_S) -> Optional[HostProbe]:
         parts = mb.host_probe_parts(seconds)
     finally:
         torch.set_num_threads(threads)
-    return HostProbe.from_parts(parts)
+    return HostProbe.from_parts(parts, machine_id())
 
 
 def _skip(profile: Optional[Profile], line: str) -> HostCheck:
@@ -113,6 +140,8 @@ def check_host(profile: Optional[Profile], config: str, *, enabled: bool = True,
     r = host_ratios(profile.tables, now)
     if r is None:
         return _skip(profile, "host check: skipped (the probe timed nothing)")
+    if own_drift(profile.tables, now, r):
+        return HostCheck(profile, (drift_line(r),), probe=now)
     lines = [host_line(r)]
     stale = stale_line(r, config, profile.tables.device)
     if stale:
@@ -132,6 +161,10 @@ def check_recorded(profile: Optional[Profile], recorded: Optional[HostProbe], *,
     r = host_ratios(profile.tables, recorded)
     if r is None:
         return None
+    if own_drift(profile.tables, recorded, r):
+        return HostCheck(profile, ("host check: the trace's run and the profile were on one "
+                                   "machine and boot, its probe inside the band; the profile's "
+                                   "times as measured",), probe=recorded)
     where = "the run's host"
     line = (f"host check: the trace's run timed the profile's probe in {r.whole:.2f}x its "
             f"profile-time seconds; the profile is rescaled to that run's host "

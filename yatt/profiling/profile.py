@@ -24,7 +24,7 @@ from yatt.planner.costmodel import Efficiency
 from yatt.planner.hostscale import HostProbe
 from yatt.planner.profile_io import EngineTable, ModelTables, Profile, ProfileTables
 
-from . import carry, ray_tables
+from . import carry, hostcheck, ray_tables
 from .points import Points, Tick, models_to_measure
 
 
@@ -149,7 +149,8 @@ def profile_experiments(exps: Sequence[Experiment], device: str, points: Optiona
     tables = ProfileTables(device=device, models=models, **fields,
                            host_probe_s=round(statistics.median(a + b for a, b in probe), 6),
                            host_probe_python_s=round(statistics.median(a for a, _ in probe), 6),
-                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6))
+                           host_probe_matmul_s=round(statistics.median(b for _, b in probe), 6),
+                           host_id=hostcheck.machine_id())
     first = models[actors[0].actor.name]
     # the analytic fallback (terms without a table) gets this machine's fixed overheads too
     eff = dataclasses.replace(Efficiency(), engine_start_s=first.engine.start_s,
