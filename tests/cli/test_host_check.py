@@ -249,7 +249,8 @@ def test_a_profile_made_on_the_runs_machine_is_kept_inside_the_band():
     got = check_recorded(here, drift)
     assert got.profile is here and got.ratios is None and got.note == ""
     assert len(got.lines) == 1 and "one machine and boot" in got.lines[0]
-    far = dataclasses.replace(drift, python_s=t.host_probe_python_s * 1.5)
+    far = dataclasses.replace(drift, python_s=t.host_probe_python_s * 1.5,
+                              matmul_s=t.host_probe_matmul_s * 1.5)
     other = dataclasses.replace(drift, host_id="feedc0de00000002")
     for probe in (far, other):
         moved = check_recorded(here, probe)
