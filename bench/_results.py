@@ -301,7 +301,21 @@ def _host_speed(d: dict) -> list[str]:
              p.get("slow_over_fast")] for k, p in d.get("probes", {}).items()]
     return ([f"A probe every {_fmt(d.get('every_s'))} s for {_fmt(d.get('seconds'))} s; a sample "
              f"{_fmt(d.get('slow_threshold'))}x the fastest or more counts as slow.", ""]
-            + _table(["probe", "samples", "fastest s", "median s", "p90 s", "slow share", "slow / fast"], rows))
+            + _table(["probe", "samples", "fastest s", "median s", "p90 s", "slow share", "slow / fast"], rows)
+            + _host_tracking(d.get("train_tracking", {})))
+
+
+def _host_tracking(t: dict) -> list[str]:
+    """How the probe parts follow the train step (bench/host_speed.py `tracking`)."""
+    if not t:
+        return []
+    labels = sorted({lab for v in t.values() for lab in v})
+    rows = [[k] + [f"{_fmt(v[lab]['corr'])} / {_fmt(v[lab]['elasticity'])}" if lab in v else ""
+                   for lab in labels] for k, v in t.items()]
+    return (["How the train step follows each probe over the same seconds: correlation of log "
+                 "times / the train step's elasticity on the probe (1: a ratio carries over as it "
+                 "is; below 1: the probe over-reacts).", ""]
+            + _table(["probe", *labels], rows))
 
 
 def _learning_rows(label: str, r: dict) -> list[Any]:

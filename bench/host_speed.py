@@ -9,7 +9,13 @@ floor so fidelity errors can be read against it. For `--seconds` it repeats, eve
   python  a pure-Python loop (300k additions)
   matmul  100 fp32 256x256 matmuls (torch, one thread)
 and reports per probe the fastest, median and 90th-percentile times, the share of samples
-more than 20% above the fastest ("slow windows") and the median slow/fast ratio.
+more than 20% above the fastest ("slow windows") and the median slow/fast ratio; and how
+well the two host-probe parts (python, matmul) follow the real train step over the same
+seconds: per sample and over windows of WINDOW samples, the correlation of their log times
+with the train step's and the train step's elasticity on each (the slope of log train time
+on log probe time: 1 means a ratio of the probe carries over to the train step as it is,
+less means the probe over-reacts). This is what `yatt.planner.hostscale.own_drift` rests
+on: how much a few seconds of probe say about the next minute's speed.
 Writes bench/results/host_speed.json and prints one line.
 Usage: .venv/bin/python bench/host_speed.py [--seconds 90] [--every 2]
 """
@@ -26,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from _results import write_result  # noqa: E402  (bench/ holds the script: on sys.path)
 OUT = ROOT / "bench" / "results" / "host_speed.json"
 SLOW = 1.2   # a sample this much above the fastest counts as a slow window
+WINDOW = 6   # samples averaged per window for the tracking numbers (~15 s at --every 2)
 
 
 def probes():
@@ -58,6 +65,31 @@ def summarize(xs: list[float]) -> dict:
             if slow else 1.0}
 
 
+def tracking(samples: dict[str, list[float]], ref: str = "train") -> dict:
+    """Per probe other than `ref`: correlation of log times with `ref`'s and `ref`'s
+    elasticity on it (least-squares slope), per sample and over WINDOW-sample means."""
+    import numpy as np
+
+    def windows(xs: list[float], w: int) -> np.ndarray:
+        a = np.asarray(xs, dtype=float)
+        n = len(a) // w
+        return np.log(a[:n * w].reshape(n, w).mean(axis=1))
+
+    out = {}
+    for name, xs in samples.items():
+        if name == ref:
+            continue
+        row = {}
+        for label, w in (("sample", 1), (f"window{WINDOW}", WINDOW)):
+            x, y = windows(xs, w), windows(samples[ref], w)
+            if len(x) < 3 or x.std() == 0 or y.std() == 0:
+                continue
+            row[label] = {"corr": round(float(np.corrcoef(x, y)[0, 1]), 3),
+                          "elasticity": round(float(np.polyfit(x, y, 1)[0]), 3)}
+        out[name] = row
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=90.0)
@@ -82,13 +114,17 @@ def main() -> None:
         time.sleep(args.every)
     res = {"seconds": args.seconds, "every_s": args.every, "slow_threshold": SLOW,
            "load_avg": round((load0 + os.getloadavg()[0]) / 2, 2),
-           "probes": {k: summarize(v) for k, v in samples.items()}, "series": series}
+           "probes": {k: summarize(v) for k, v in samples.items()},
+           "train_tracking": tracking(samples), "series": series}
     out = Path(args.out)
     write_result(out, res, indent=2)
     p = res["probes"]
     print("host speed: " + ", ".join(
         f"{k} median/min {v['median_s'] / v['min_s']:.2f}, slow share {v['slow_share']:.0%} "
-        f"(x{v['slow_over_fast']})" for k, v in p.items()) + f" -> {out}")
+        f"(x{v['slow_over_fast']})" for k, v in p.items())
+        + "; train follows " + ", ".join(
+            f"{k} at corr {v[f'window{WINDOW}']['corr']} (elasticity {v[f'window{WINDOW}']['elasticity']})"
+            for k, v in res["train_tracking"].items() if f"window{WINDOW}" in v) + f" -> {out}")
 
 
 if __name__ == "__main__":
