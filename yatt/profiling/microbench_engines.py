@@ -221,23 +221,44 @@ class _StepsOnly:
         return self.steps_only([self._request(r) for r in results])
 
 
+@dataclass(frozen=True)
+class CallJob:
+    """One engine whose call overhead is timed: its model and weights, the engine's
+    `max_num_seqs` and, for a GenRM, what its judge call needs (None: a rollout engine)."""
+
+    spec: ModelSpec
+    hf_path: str
+    max_num_seqs: int
+    judge: Optional[JudgeSetup] = None
+
+
 def call_overhead_times(spec: ModelSpec, hf_path: str, device: str, reps: int,
                         max_num_seqs: int, judge: Optional[JudgeSetup] = None,
                         sizes: Sequence[int] = CALL_SIZES, seed: int = 0,
                         tick: Optional[Tick] = None) -> list[tuple[int, float]]:
     """(requests, s) per call size: what one call handing an engine actor n requests costs
-    beyond that engine's steps, on the executor's path. The driver calls the executor's
-    actor (`EngineServer.generate` with rollout-like requests, or with `judge`, `spec`
-    being a GenRM, `GenRMServer.judge` on rollout results of `judge`'s actor) and
-    times the call; the same actor then runs the same requests through the bare engine
-    timing only its steps; the difference is the call's round trip, building and adding the
-    requests (a GenRM's template and tokenizers), the server's step loop and returning the
-    results. Median over `reps` per size, sizes interleaved. Starts and stops Ray."""
-    import numpy as np
+    beyond that engine's steps, on the executor's path (`call_overhead_tables` of one job)."""
+    return call_overhead_tables([CallJob(spec, hf_path, max_num_seqs, judge)], device, reps,
+                                sizes, seed, tick)[0]
+
+
+def call_overhead_tables(jobs: Sequence[CallJob], device: str, reps: int,
+                         sizes: Sequence[int] = CALL_SIZES, seed: int = 0,
+                         tick: Optional[Tick] = None) -> list[list[tuple[int, float]]]:
+    """Per job, (requests, s) per call size: what one call handing its engine actor n
+    requests costs beyond that engine's steps, on the executor's path. The driver calls the
+    executor's actor (`EngineServer.generate` with rollout-like requests, or for a job with
+    `judge`, `GenRMServer.judge` on rollout results of the judge's actor) and times the
+    call; the same actor then runs the same requests through the bare engine timing only
+    its steps; the difference is the call's round trip, building and adding the requests (a
+    GenRM's template and tokenizers), the server's step loop and returning the results.
+    Median over `reps` per size, sizes interleaved. Every job's actor starts at once (each
+    imports vLLM and starts its engine: most of the time, spread over the host's cores),
+    then each is timed alone while the others idle. Starts and stops Ray."""
     import ray
 
     from yatt.exec.genrm import GenRMServer, JudgeConfig
-    from yatt.exec.rollout import EngineServer, GenRequest, GenResult
+    from yatt.exec.rollout import EngineServer
 
     class _TimedEngine(_StepsOnly, EngineServer):
         pass
@@ -245,45 +266,64 @@ def call_overhead_times(spec: ModelSpec, hf_path: str, device: str, reps: int,
     class _TimedJudge(_StepsOnly, GenRMServer):
         pass
 
+    def start(job: CallJob):
+        cfg = _engine_config(job.hf_path, device == "cpu", job.max_num_seqs, 0.5)
+        if job.judge:
+            return ray.remote(num_cpus=0)(_TimedJudge).remote(
+                cfg, JudgeConfig(job.judge.actor_path, job.hf_path,
+                                 max_tokens=job.judge.max_tokens))
+        return ray.remote(num_cpus=0)(_TimedEngine).remote(cfg)
+
     prepare(device)
+    with local_ray():
+        actors = [start(j) for j in jobs]
+        try:
+            ray.get([a.acquire.remote() for a in actors])
+            out = []
+            for a, job in zip(actors, jobs):
+                out.append(_call_times(a, job, reps, sizes, seed))
+                if tick:
+                    tick(f"{job.spec.name}: engine call overhead")
+            return out
+        finally:
+            for a in actors:
+                ray.kill(a)
+
+
+def _call_times(a, job: CallJob, reps: int, sizes: Sequence[int], seed: int
+                ) -> list[tuple[int, float]]:
+    """(requests, s) per call size of one started actor (`call_overhead_tables`)."""
+    import numpy as np
+    import ray
+
+    from yatt.exec.rollout import GenRequest, GenResult
+
     rng = np.random.default_rng(seed)
     keys = iter(range(10 ** 9))
-    cfg = _engine_config(hf_path, device == "cpu", max_num_seqs, 0.5)
-    with local_ray():
-        if judge:
-            a = ray.remote(num_cpus=0)(_TimedJudge).remote(
-                cfg, JudgeConfig(judge.actor_path, hf_path, max_tokens=judge.max_tokens))
-        else:
-            a = ray.remote(num_cpus=0)(_TimedEngine).remote(cfg)
-        try:
-            ray.get(a.acquire.remote())
+    judge = job.judge
 
-            def work(n: int) -> list:
-                if judge:   # rollout results: 13 prompt tokens, 10 response tokens
-                    v = judge.actor_vocab
-                    return [GenResult(next(keys), _ids(13, v, rng), _ids(10, v, rng), (),
-                                      "stop", 0.0) for _ in range(n)]
-                return [GenRequest(next(keys), _ids(13, spec.vocab, rng), 8, 1.0,
-                                   int(rng.integers(1 << 30)), False) for _ in range(n)]
+    def work(n: int) -> list:
+        if judge:   # rollout results: 13 prompt tokens, 10 response tokens
+            v = judge.actor_vocab
+            return [GenResult(next(keys), _ids(13, v, rng), _ids(10, v, rng), (),
+                              "stop", 0.0) for _ in range(n)]
+        return [GenRequest(next(keys), _ids(13, job.spec.vocab, rng), 8, 1.0,
+                           int(rng.integers(1 << 30)), False) for _ in range(n)]
 
-            def once(n: int) -> float:
-                items = work(n)
-                t0 = time.perf_counter()
-                ray.get(a.judge.remote(items) if judge else a.generate.remote(items))
-                call = time.perf_counter() - t0
-                # the same items again: seeded (rollout) or greedy (judge), so the same
-                # outputs and the same steps
-                steps = ray.get(a.judged_steps_only.remote(items) if judge
-                                else a.steps_only.remote(items))
-                return call - steps
+    def once(n: int) -> float:
+        items = work(n)
+        t0 = time.perf_counter()
+        ray.get(a.judge.remote(items) if judge else a.generate.remote(items))
+        call = time.perf_counter() - t0
+        # the same items again: seeded (rollout) or greedy (judge), so the same outputs and
+        # the same steps
+        steps = ray.get(a.judged_steps_only.remote(items) if judge
+                        else a.steps_only.remote(items))
+        return call - steps
 
-            once(max(sizes))   # warm-up
-            got: dict[int, list[float]] = {n: [] for n in sizes}
-            for _ in range(max(1, reps)):
-                for n in sizes:
-                    got[n].append(once(n))
-            if tick:
-                tick(f"{spec.name}: engine call overhead")
-            return [(n, max(0.0, _median(got[n]))) for n in sizes]
-        finally:
-            ray.kill(a)
+    once(max(sizes))   # warm-up
+    got: dict[int, list[float]] = {n: [] for n in sizes}
+    for _ in range(max(1, reps)):
+        for n in sizes:
+            got[n].append(once(n))
+    return [(n, max(0.0, _median(got[n]))) for n in sizes]

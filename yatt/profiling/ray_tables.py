@@ -142,18 +142,17 @@ def own_ray_tables(exps: Sequence[Experiment], device: str, pts: Points, tick: T
                 train_dp=_group_table(e, device, pts, dps, tick, seed, dp=True))
     if not pts.ray:
         return models
-    for e in actors:   # each engine model's call overhead on the executor's actors
-        models[e.actor.name] = with_engine(models[e.actor.name], call=table_points(
-            mbe.call_overhead_times(e.actor, mb.model_path(e.actor, seed), device,
-                                    pts.call_reps, e.engine.max_num_seqs, seed=seed,
-                                    tick=tick)))
-    for e in genrms:
-        judge = mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab,
-                               e.workload.judge_max_tokens)
-        models[e.genrm.name] = with_engine(models[e.genrm.name], call=table_points(
-            mbe.call_overhead_times(e.genrm, mb.model_path(e.genrm, seed), device,
-                                    pts.call_reps, e.engine.genrm_max_num_seqs,
-                                    judge=judge, seed=seed, tick=tick)))
+    # each engine model's call overhead on the executor's actors
+    jobs = {e.actor.name: mbe.CallJob(e.actor, mb.model_path(e.actor, seed), e.engine.max_num_seqs)
+            for e in actors}
+    jobs.update({e.genrm.name: mbe.CallJob(
+        e.genrm, mb.model_path(e.genrm, seed), e.engine.genrm_max_num_seqs,
+        mbe.JudgeSetup(mb.model_path(e.actor, seed), e.actor.vocab, e.workload.judge_max_tokens))
+        for e in genrms})
+    calls = mbe.call_overhead_tables(list(jobs.values()), device, pts.call_reps, seed=seed,
+                                     tick=tick)
+    for name, call in zip(jobs, calls):
+        models[name] = with_engine(models[name], call=table_points(call))
     return models
 
 
